@@ -1,0 +1,59 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+// Every Swift target gets the same settings: Swift 6 mode, every warning an
+// error, and the upcoming-feature flags that keep imports honest.
+let strictSwift: [SwiftSetting] = [
+    .treatAllWarnings(as: .error),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "Locker",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "LockerCrypto", targets: ["LockerCrypto"]),
+        .library(name: "LockerFormat", targets: ["LockerFormat"]),
+        .executable(name: "locker", targets: ["locker"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+    ],
+    targets: [
+        // C layer: thin system-library modules and one small C target for
+        // what Swift cannot call directly (variadic functions).
+        .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CLZ4", pkgConfig: "liblz4", providers: [.apt(["liblz4-dev"])]),
+        .target(name: "CLockerSupport"),
+
+        // Crypto: the only importer of COpenSSL.
+        .target(name: "LockerCrypto", dependencies: ["COpenSSL", "CLockerSupport"]),
+        // Formats: bytes in, bytes out, no I/O. The only importer of CLZ4.
+        .target(name: "LockerFormat", dependencies: ["LockerCrypto", "CLZ4"]),
+
+        .executableTarget(
+            name: "locker",
+            dependencies: [
+                "LockerCrypto", "LockerFormat",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+
+        .testTarget(
+            name: "LockerCryptoTests",
+            dependencies: ["LockerCrypto"],
+            resources: [.copy("Vectors")]
+        ),
+        .testTarget(
+            name: "LockerFormatTests",
+            dependencies: ["LockerFormat"],
+            resources: [.copy("Vectors")]
+        ),
+    ]
+)
+
+for target in package.targets where target.type != .system {
+    guard !target.name.hasPrefix("C") else { continue }
+    target.swiftSettings = (target.swiftSettings ?? []) + strictSwift
+}

@@ -1,0 +1,11 @@
+#ifndef LOCKER_CLOCKERSUPPORT_H
+#define LOCKER_CLOCKERSUPPORT_H
+
+#include <stddef.h>
+
+// prctl is variadic, so Swift cannot call it. This keeps a process that
+// holds key material out of core dumps and away from ptrace by same-uid
+// processes that are not its parent. Returns 0 on success, -1 with errno.
+int locker_set_undumpable(void);
+
+#endif

@@ -1,0 +1,53 @@
+internal import COpenSSL
+
+/// The hash functions Locker's KDFs and MACs may use.
+public enum HashFunction: Sendable {
+    case sha256
+    case sha512
+
+    /// The digest length in bytes.
+    public var byteCount: Int {
+        switch self {
+        case .sha256: 32
+        case .sha512: 64
+        }
+    }
+
+    var name: String {
+        switch self {
+        case .sha256: "SHA256"
+        case .sha512: "SHA512"
+        }
+    }
+
+    var evp: OpaquePointer {
+        switch self {
+        case .sha256: EVP_sha256()
+        case .sha512: EVP_sha512()
+        }
+    }
+}
+
+/// HKDF (RFC 5869), extract then expand.
+public enum HKDF {
+    /// Derives `outputByteCount` bytes from `inputKeyMaterial`.
+    ///
+    /// An empty `salt` means the RFC's default (a string of zeros).
+    /// `outputByteCount` must be between 1 and 255 times the digest length.
+    public static func deriveKey(
+        _ hash: HashFunction = .sha256,
+        inputKeyMaterial: SecretBytes,
+        salt: [UInt8] = [],
+        info: [UInt8] = [],
+        outputByteCount: Int
+    ) throws -> SecretBytes {
+        guard outputByteCount > 0, outputByteCount <= 255 * hash.byteCount else { throw CryptoError.invalidParameter }
+        return try OSSLKDF.derive(algorithm: "HKDF", outputByteCount: outputByteCount) { params throws in
+            params.utf8(OSSL_KDF_PARAM_DIGEST, hash.name)
+            params.octets(OSSL_KDF_PARAM_KEY, inputKeyMaterial)
+            if !salt.isEmpty { params.octets(OSSL_KDF_PARAM_SALT, salt) }
+            // An empty info is the same as none.
+            if !info.isEmpty { params.octets(OSSL_KDF_PARAM_INFO, info) }
+        }
+    }
+}
