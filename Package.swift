@@ -31,6 +31,11 @@ let package = Package(
         .target(name: "LockerCrypto", dependencies: ["COpenSSL", "CLockerSupport"]),
         // Formats: bytes in, bytes out, no I/O. The only importer of CLZ4.
         .target(name: "LockerFormat", dependencies: ["LockerCrypto", "CLZ4"]),
+        // The one layer that makes file system calls for the store and the
+        // device.
+        .target(name: "LockerIO"),
+        // The simulated device: keybag, passcode policy, state machine.
+        .target(name: "LockerDevice", dependencies: ["LockerCrypto", "LockerFormat", "LockerIO"]),
 
         .executableTarget(
             name: "locker",
@@ -46,8 +51,12 @@ let package = Package(
             resources: [.copy("Vectors")]
         ),
         .testTarget(
+            name: "LockerDeviceTests",
+            dependencies: ["LockerDevice", "LockerFormat", "LockerCrypto", "LockerIO"]
+        ),
+        .testTarget(
             name: "LockerFormatTests",
-            dependencies: ["LockerFormat"],
+            dependencies: ["LockerFormat", "LockerCrypto"],
             resources: [.copy("Vectors")]
         ),
     ]

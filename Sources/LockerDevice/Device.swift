@@ -1,0 +1,628 @@
+public import LockerCrypto
+public import LockerFormat
+internal import Foundation
+
+/// The simulated device: its keybag, its state, and the class keys it holds
+/// in each state.
+///
+/// One `Device` runs inside the agent for the CLI, or inside an app's own
+/// process (the embedded mode). It is safe to call from several threads.
+///
+/// Keys held per state follow ../shared semantics: before first unlock only
+/// D; unlocked and locking all; locked C and D. Without a passcode every key
+/// is held in every state but wiped. Class keys never leave this type;
+/// callers get file keys, one at a time, when the class allows it now.
+public final class Device: @unchecked Sendable {
+    /// Options fixed at `init`.
+    public struct Options: Sendable {
+        public var graceSeconds: UInt32
+        public var eraseAfter: UInt8
+        public var defaultClass: ProtectionClass
+        public var passcodeCost: PasscodeCost
+
+        public init(
+            graceSeconds: UInt32 = 10, eraseAfter: UInt8 = 0,
+            defaultClass: ProtectionClass = .completeUntilFirstUserAuthentication,
+            passcodeCost: PasscodeCost = .calibrated(milliseconds: 100)
+        ) {
+            self.graceSeconds = graceSeconds
+            self.eraseAfter = eraseAfter
+            self.defaultClass = defaultClass
+            self.passcodeCost = passcodeCost
+        }
+    }
+
+    private struct OpenObject {
+        let protectionClass: ProtectionClass
+        let fileKey: SecretBytes
+    }
+
+    public let directory: DeviceDirectory
+    private let clock: any DeviceClock
+    private let passcodeCost: PasscodeCost
+    private let lock = NSLock()
+
+    // Everything below is guarded by `lock`.
+    private var keys: DeviceKeys
+    private var keybag: Keybag?
+    private var currentState: DeviceState
+    private var graceDeadline: Double?
+    private var classKeys: [ProtectionClass: SecretBytes] = [:]
+    private var openObjects: [String: OpenObject] = [:]
+    private var subscribers: [UUID: AsyncStream<ProtectionEvent>.Continuation] = [:]
+
+    // MARK: Life cycle
+
+    private init(directory: DeviceDirectory, clock: any DeviceClock, passcodeCost: PasscodeCost,
+                 keys: DeviceKeys, keybag: Keybag?, state: DeviceState) {
+        self.directory = directory
+        self.clock = clock
+        self.passcodeCost = passcodeCost
+        self.keys = keys
+        self.keybag = keybag
+        self.currentState = state
+    }
+
+    /// Creates a device in `directory` and leaves it unlocked. A `nil`
+    /// passcode makes a device without one. Throws
+    /// ``DeviceError/alreadyInitialized`` if a live device is there; a wiped
+    /// one is replaced.
+    public static func initialize(
+        at directory: DeviceDirectory, passcode: SecretBytes?, options: Options = Options(),
+        clock: any DeviceClock = SystemClock()
+    ) throws -> Device {
+        try directory.prepare()
+        let uid = try directory.loadUID(create: true)
+        let uidOnly = try DeviceKeys(uid: uid, effaceable: nil)
+        if directory.exists {
+            let record = try directory.readRecord(macKey: uidOnly.recordMACKey)
+            guard record.wiped else { throw DeviceError.alreadyInitialized }
+        }
+        let effaceable = try SecretBytes(randomCount: 32)
+        let keys = try DeviceKeys(uid: uid, effaceable: effaceable)
+
+        let kdf = try Keybag.PasscodeKDF(logN: calibratedLogN(options.passcodeCost), r: 8, p: 1,
+                                         salt: SecureRandom.bytes(32))
+        let passcodeKey = try derivePasscodeKey(passcode, kdf: kdf, keys: keys)
+        var classKeys: [ProtectionClass: SecretBytes] = [:]
+        var entries: [Keybag.Entry] = []
+        for cls in ProtectionClass.allCases {
+            let (key, entry) = try makeClassKey(cls, generation: 1, passcodeKey: passcodeKey, keys: keys)
+            classKeys[cls] = key
+            entries.append(entry)
+        }
+        let keybag = try Keybag(
+            uuid: SecureRandom.bytes(16), generation: 1, classKeyGeneration: 1, hasPasscode: passcode != nil,
+            kdf: kdf, graceSeconds: options.graceSeconds, eraseAfter: options.eraseAfter,
+            defaultClass: options.defaultClass, entries: entries)
+        // Order matters for crash safety: the effaceable key and keybag
+        // first, the record (which marks the device as present) last.
+        try directory.writeEffaceable(effaceable)
+        try directory.writeKeybag(keybag.sealed(with: keys.keybagSealKey!))
+        try directory.writeRecord(DeviceRecord(keybagGeneration: keybag.generation), macKey: keys.recordMACKey)
+
+        let device = Device(directory: directory, clock: clock, passcodeCost: options.passcodeCost,
+                            keys: keys, keybag: keybag, state: .unlocked)
+        device.classKeys = classKeys
+        return device
+    }
+
+    /// Boots the device in `directory`: before first unlock, holding only
+    /// class D, or unlocked if it has no passcode. A wiped device boots
+    /// into ``DeviceState/wiped``.
+    public static func boot(
+        at directory: DeviceDirectory, clock: any DeviceClock = SystemClock(),
+        passcodeCost: PasscodeCost = .calibrated(milliseconds: 100)
+    ) throws -> Device {
+        guard directory.exists else { throw DeviceError.notInitialized }
+        let uid = try directory.loadUID(create: false)
+        let uidOnly = try DeviceKeys(uid: uid, effaceable: nil)
+        var record = try directory.readRecord(macKey: uidOnly.recordMACKey)
+        if record.wiped {
+            return Device(directory: directory, clock: clock, passcodeCost: passcodeCost, keys: uidOnly,
+                          keybag: nil, state: .wiped)
+        }
+        let keys = try DeviceKeys(uid: uid, effaceable: directory.loadEffaceable())
+        let keybag: Keybag
+        do {
+            keybag = try Keybag.open(directory.readKeybag(), with: keys.keybagSealKey!)
+        } catch let error as DeviceError {
+            throw error
+        } catch {
+            throw DeviceError.integrity("keybag")
+        }
+        // A keybag write lands before the record's; a crash between them
+        // leaves the keybag one generation ahead, which is completed here.
+        // Anything older is a rollback.
+        if keybag.generation == record.keybagGeneration + 1 {
+            record.keybagGeneration = keybag.generation
+            try directory.writeRecord(record, macKey: keys.recordMACKey)
+        } else if keybag.generation < record.keybagGeneration {
+            throw DeviceError.rollback
+        } else if keybag.generation != record.keybagGeneration {
+            throw DeviceError.integrity("keybag generation")
+        }
+        let device = Device(directory: directory, clock: clock, passcodeCost: passcodeCost, keys: keys,
+                            keybag: keybag, state: .beforeFirstUnlock)
+        let dEntry = keybag.entry(for: .none)
+        device.classKeys[.none] = try unwrapClassKey(dEntry, kek: keys.classDKEK)
+        if !keybag.hasPasscode {
+            try device.unwrapPasscodeClasses(passcodeKey: derivePasscodeKey(nil, kdf: keybag.kdf, keys: keys), keybag: keybag)
+            device.currentState = .unlocked
+        }
+        return device
+    }
+
+    /// Ends this boot: every key in memory is wiped. The device object is
+    /// unusable afterwards.
+    public func shutdown() {
+        lock.withLock {
+            classKeys.removeAll()
+            openObjects.removeAll()
+            for continuation in subscribers.values { continuation.finish() }
+            subscribers.removeAll()
+        }
+    }
+
+    // MARK: State
+
+    /// The current state, after applying any grace expiry.
+    public var state: DeviceState {
+        lock.withLock {
+            expireGrace()
+            return currentState
+        }
+    }
+
+    /// True while class A data is available, as iOS's
+    /// `isProtectedDataAvailable`.
+    public var isProtectedDataAvailable: Bool {
+        lock.withLock {
+            expireGrace()
+            return classKeys[.complete] != nil
+        }
+    }
+
+    /// When the grace period ends, if a lock is in progress.
+    public var graceEndsAt: Double? {
+        lock.withLock {
+            expireGrace()
+            return currentState == .locking ? graceDeadline : nil
+        }
+    }
+
+    /// A snapshot for `status`.
+    public func status() throws -> DeviceStatus {
+        try lock.withLock {
+            expireGrace()
+            let now = clock.now()
+            var attempts = 0
+            var next: Double?
+            if currentState != .wiped {
+                let record = try directory.readRecord(macKey: keys.recordMACKey)
+                attempts = Int(record.failedAttempts)
+                if let t = PasscodePolicy.nextAttempt(failedAttempts: attempts, lastFailure: Double(record.lastFailureTime)),
+                   t > now {
+                    next = t
+                }
+            }
+            return DeviceStatus(
+                state: currentState,
+                passcodeSet: keybag?.hasPasscode ?? false,
+                readableClasses: ProtectionClass.allCases.filter { canRead($0) }.map(\.canonicalName),
+                creatableClasses: ProtectionClass.allCases.filter { canCreate($0) }.map(\.canonicalName),
+                graceRemaining: currentState == .locking ? max(0, (graceDeadline ?? now) - now) : nil,
+                graceSeconds: Int(keybag?.graceSeconds ?? 0),
+                failedAttempts: attempts,
+                nextAttemptAllowedAt: next,
+                eraseAfter: keybag.flatMap { $0.eraseAfter > 0 ? Int($0.eraseAfter) : nil },
+                keyGeneration: Int(keybag?.classKeyGeneration ?? 0),
+                defaultClass: (keybag?.defaultClass ?? .completeUntilFirstUserAuthentication).canonicalName,
+                openObjects: openObjects.map { .init(id: $0.key, protection: $0.value.protectionClass.canonicalName) }
+                    .sorted { $0.id < $1.id },
+                isProtectedDataAvailable: classKeys[.complete] != nil)
+        }
+    }
+
+    /// The store's default class, set at `init`.
+    public var defaultClass: ProtectionClass {
+        lock.withLock { keybag?.defaultClass ?? .completeUntilFirstUserAuthentication }
+    }
+
+    /// The key that encrypts names and metadata in the store. Available in
+    /// every state but wiped.
+    public func metadataKey() throws -> SecretBytes {
+        try lock.withLock {
+            guard currentState != .wiped, let key = keys.metadataKey else { throw DeviceError.wiped }
+            return key
+        }
+    }
+
+    /// Protection events, from now on, until shutdown.
+    public func events() -> AsyncStream<ProtectionEvent> {
+        let (stream, continuation) = AsyncStream<ProtectionEvent>.makeStream(bufferingPolicy: .bufferingNewest(64))
+        let id = UUID()
+        lock.withLock { subscribers[id] = continuation }
+        continuation.onTermination = { [weak self] _ in
+            guard let self else { return }
+            _ = self.lock.withLock { self.subscribers.removeValue(forKey: id) }
+        }
+        return stream
+    }
+
+    private func post(_ event: ProtectionEvent) {
+        for continuation in subscribers.values { continuation.yield(event) }
+    }
+
+    /// Applies grace expiry now. The agent calls this from a timer so keys
+    /// leave memory on time even when no request arrives.
+    public func tick() {
+        lock.withLock { expireGrace() }
+    }
+
+    private func expireGrace() {
+        guard currentState == .locking, let deadline = graceDeadline, clock.now() >= deadline else { return }
+        evictOnLock()
+    }
+
+    private func evictOnLock() {
+        currentState = .locked
+        graceDeadline = nil
+        guard keybag?.hasPasscode == true else { return }
+        classKeys[.complete] = nil
+        classKeys[.completeUnlessOpen] = nil
+        openObjects = openObjects.filter { $0.value.protectionClass != .complete }
+    }
+
+    private func canRead(_ cls: ProtectionClass) -> Bool { classKeys[cls] != nil }
+
+    private func canCreate(_ cls: ProtectionClass) -> Bool {
+        if cls == .completeUnlessOpen { return currentState != .wiped && keybag != nil }
+        return classKeys[cls] != nil
+    }
+
+    // MARK: Passcode
+
+    /// Unlocks with `passcode`. Applies the delay table and the optional
+    /// erase-after limit; the same wrong passcode twice in a row counts
+    /// once.
+    public func unlock(passcode: SecretBytes) throws {
+        try lock.withLock {
+            expireGrace()
+            guard currentState != .wiped, let keybag else { throw DeviceError.wiped }
+            guard keybag.hasPasscode else { throw DeviceError.noPasscode }
+            let passcodeKey = try verifyPasscode(passcode, keybag: keybag)
+            try unwrapPasscodeClasses(passcodeKey: passcodeKey, keybag: keybag)
+            currentState = .unlocked
+            graceDeadline = nil
+            post(.protectedDataDidBecomeAvailable)
+        }
+    }
+
+    /// Checks a passcode against the counter and the keybag. Counts a
+    /// failure before the expensive check, so that killing the process
+    /// mid-check cannot be used to guess for free.
+    /// Returns the passcode key on success.
+    private func verifyPasscode(_ passcode: SecretBytes, keybag: Keybag) throws -> SecretBytes {
+        var record = try directory.readRecord(macKey: keys.recordMACKey)
+        let now = clock.now()
+        let attempts = Int(record.failedAttempts)
+        if let next = PasscodePolicy.nextAttempt(failedAttempts: attempts, lastFailure: Double(record.lastFailureTime)),
+           now < next {
+            throw DeviceError.lockedOut(failedAttempts: attempts, until: next)
+        }
+        let tag = try passcode.withUnsafeBytes { try HMAC.authenticationCode(for: Array($0), key: keys.wrongPasscodeKey) }
+        if attempts > 0, constantTimeEquals(tag, record.lastWrongPasscodeTag) {
+            throw DeviceError.wrongPasscode(
+                failedAttempts: attempts,
+                nextAttemptAt: PasscodePolicy.nextAttempt(failedAttempts: attempts, lastFailure: Double(record.lastFailureTime)))
+        }
+        let before = record
+        record.failedAttempts += 1
+        record.lastFailureTime = Int64(now.rounded(.down))
+        try directory.writeRecord(record, macKey: keys.recordMACKey)
+
+        let passcodeKey = try Self.derivePasscodeKey(passcode, kdf: keybag.kdf, keys: keys)
+        let entry = keybag.entry(for: .complete)
+        if (try? Self.unwrapClassKey(entry, kek: Self.classKEK(.complete, passcodeKey: passcodeKey))) != nil {
+            var cleared = before
+            cleared.failedAttempts = 0
+            cleared.lastFailureTime = 0
+            cleared.lastWrongPasscodeTag = [UInt8](repeating: 0, count: 32)
+            try directory.writeRecord(cleared, macKey: keys.recordMACKey)
+            return passcodeKey
+        }
+        record.lastWrongPasscodeTag = tag
+        try directory.writeRecord(record, macKey: keys.recordMACKey)
+        let failed = Int(record.failedAttempts)
+        if keybag.eraseAfter > 0, failed >= Int(keybag.eraseAfter) {
+            try wipeLocked()
+            throw DeviceError.wiped
+        }
+        throw DeviceError.wrongPasscode(
+            failedAttempts: failed,
+            nextAttemptAt: PasscodePolicy.nextAttempt(failedAttempts: failed, lastFailure: Double(record.lastFailureTime)))
+    }
+
+    private func unwrapPasscodeClasses(passcodeKey: SecretBytes, keybag: Keybag) throws {
+        for cls in [ProtectionClass.complete, .completeUnlessOpen, .completeUntilFirstUserAuthentication] {
+            classKeys[cls] = try Self.unwrapClassKey(keybag.entry(for: cls), kek: Self.classKEK(cls, passcodeKey: passcodeKey))
+        }
+    }
+
+    /// Changes the passcode. Rewraps the A, B and C class keys only, so
+    /// its cost does not depend on how much is stored. Counts as a passcode
+    /// attempt for `old`.
+    public func changePasscode(old: SecretBytes, new: SecretBytes) throws {
+        try lock.withLock {
+            expireGrace()
+            guard currentState != .wiped, let keybag else { throw DeviceError.wiped }
+            guard keybag.hasPasscode else { throw DeviceError.noPasscode }
+            let oldKey = try verifyPasscode(old, keybag: keybag)
+            let kdf = try Keybag.PasscodeKDF(logN: Self.calibratedLogN(passcodeCost), r: 8, p: 1, salt: SecureRandom.bytes(32))
+            let newKey = try Self.derivePasscodeKey(new, kdf: kdf, keys: keys)
+            var updated = keybag
+            updated.kdf = kdf
+            for (i, entry) in updated.entries.enumerated() where entry.wrapType == .passcode {
+                let classKey = try Self.unwrapClassKey(entry, kek: Self.classKEK(entry.protectionClass, passcodeKey: oldKey))
+                updated.entries[i].wrappedKey = try AESKeyWrap.wrap(
+                    classKey, kek: Self.classKEK(entry.protectionClass, passcodeKey: newKey))
+            }
+            try commit(updated)
+        }
+    }
+
+    /// For a forgotten passcode: makes a new generation of A, B and C keys
+    /// under `newPasscode` and keeps D. Objects of older generations fail
+    /// with ``DeviceError/keyReset(_:)`` from then on. Leaves the device
+    /// unlocked.
+    public func reset(newPasscode: SecretBytes?) throws {
+        try lock.withLock {
+            guard currentState != .wiped, let keybag else { throw DeviceError.wiped }
+            let kdf = try Keybag.PasscodeKDF(logN: Self.calibratedLogN(passcodeCost), r: 8, p: 1, salt: SecureRandom.bytes(32))
+            let passcodeKey = try Self.derivePasscodeKey(newPasscode, kdf: kdf, keys: keys)
+            var updated = keybag
+            updated.kdf = kdf
+            updated.hasPasscode = newPasscode != nil
+            updated.classKeyGeneration += 1
+            var fresh: [ProtectionClass: SecretBytes] = [:]
+            for (i, entry) in updated.entries.enumerated() where entry.protectionClass != .none {
+                let (key, newEntry) = try Self.makeClassKey(
+                    entry.protectionClass, generation: updated.classKeyGeneration, passcodeKey: passcodeKey, keys: keys)
+                fresh[entry.protectionClass] = key
+                updated.entries[i] = newEntry
+            }
+            try commit(updated)
+            var record = try directory.readRecord(macKey: keys.recordMACKey)
+            record.failedAttempts = 0
+            record.lastFailureTime = 0
+            record.lastWrongPasscodeTag = [UInt8](repeating: 0, count: 32)
+            try directory.writeRecord(record, macKey: keys.recordMACKey)
+            for (cls, key) in fresh { classKeys[cls] = key }
+            openObjects = openObjects.filter { $0.value.protectionClass == .none }
+            currentState = .unlocked
+            graceDeadline = nil
+            post(.protectedDataDidBecomeAvailable)
+        }
+    }
+
+    /// Writes a new keybag generation, then the record that vouches for it.
+    private func commit(_ updated: Keybag) throws {
+        var next = updated
+        next.generation += 1
+        try directory.writeKeybag(next.sealed(with: keys.keybagSealKey!))
+        var record = try directory.readRecord(macKey: keys.recordMACKey)
+        record.keybagGeneration = next.generation
+        try directory.writeRecord(record, macKey: keys.recordMACKey)
+        keybag = next
+    }
+
+    // MARK: Lock, wipe
+
+    /// Locks the device. Keys stay for the grace period unless `immediately`
+    /// is set (or the grace period is 0). Without a passcode nothing is
+    /// evicted.
+    public func lock(immediately: Bool = false) {
+        lock.withLock {
+            expireGrace()
+            switch currentState {
+            case .unlocked:
+                post(.protectedDataWillBecomeUnavailable)
+                let grace = Double(keybag?.graceSeconds ?? 0)
+                if immediately || grace == 0 {
+                    evictOnLock()
+                } else {
+                    currentState = .locking
+                    graceDeadline = clock.now() + grace
+                }
+            case .locking where immediately:
+                evictOnLock()
+            default:
+                break
+            }
+        }
+    }
+
+    /// Crypto-erases the device: destroys the effaceable key and the
+    /// keybag. O(1) in the size of the store.
+    public func wipe() throws {
+        try lock.withLock { try wipeLocked() }
+    }
+
+    private func wipeLocked() throws {
+        if currentState != .wiped { post(.protectedDataWillBecomeUnavailable) }
+        try directory.efface()
+        var record = (try? directory.readRecord(macKey: keys.recordMACKey)) ?? DeviceRecord(keybagGeneration: 0)
+        record.wiped = true
+        try directory.writeRecord(record, macKey: keys.recordMACKey)
+        classKeys.removeAll()
+        openObjects.removeAll()
+        keybag = nil
+        currentState = .wiped
+        graceDeadline = nil
+    }
+
+    // MARK: File keys
+
+    /// Wraps a new object's file key for `cls`. Class B needs only the
+    /// public key, so it works in every state but wiped.
+    public func wrap(fileKey: SecretBytes, for cls: ProtectionClass) throws -> WrappedFileKey {
+        try lock.withLock {
+            expireGrace()
+            guard let keybag else { throw DeviceError.wiped }
+            guard canCreate(cls) else { throw DeviceError.protectedDataUnavailable(cls) }
+            let entry = keybag.entry(for: cls)
+            let blob: [UInt8]
+            if cls == .completeUnlessOpen {
+                blob = try FileKeyWrap.wrapAsymmetric(fileKey, classPublicKey: entry.publicKey)
+            } else {
+                blob = try AESKeyWrap.wrap(fileKey, kek: classKeys[cls]!)
+            }
+            return WrappedFileKey(protectionClass: cls, keyID: entry.keyID, keyGeneration: entry.keyGeneration, blob: blob)
+        }
+    }
+
+    /// Unwraps an object's file key, if its class is readable now.
+    public func unwrap(_ wrapped: WrappedFileKey) throws -> SecretBytes {
+        try lock.withLock {
+            expireGrace()
+            return try unwrapLocked(wrapped)
+        }
+    }
+
+    private func unwrapLocked(_ wrapped: WrappedFileKey) throws -> SecretBytes {
+        guard let keybag else { throw DeviceError.wiped }
+        let cls = wrapped.protectionClass
+        let entry = keybag.entry(for: cls)
+        guard constantTimeEquals(wrapped.keyID, entry.keyID), wrapped.keyGeneration == entry.keyGeneration else {
+            if wrapped.keyGeneration < entry.keyGeneration { throw DeviceError.keyReset(cls) }
+            throw DeviceError.integrity("wrapped key")
+        }
+        guard let classKey = classKeys[cls] else { throw DeviceError.protectedDataUnavailable(cls) }
+        do {
+            if cls == .completeUnlessOpen {
+                return try FileKeyWrap.unwrapAsymmetric(wrapped.blob, classPrivateKey: classKey, classPublicKey: entry.publicKey)
+            }
+            return try AESKeyWrap.unwrap(wrapped.blob, kek: classKey)
+        } catch {
+            throw DeviceError.integrity("wrapped key")
+        }
+    }
+
+    /// Rewraps a file key from its class to `newClass`, without the key
+    /// leaving the device: needs the current class readable and the new
+    /// class creatable.
+    public func rewrap(_ wrapped: WrappedFileKey, to newClass: ProtectionClass) throws -> WrappedFileKey {
+        let fileKey = try unwrap(wrapped)
+        return try wrap(fileKey: fileKey, for: newClass)
+    }
+
+    // MARK: Open objects
+
+    /// Opens an object: unwraps its file key now and keeps it, so that a
+    /// class B object stays readable across a lock. Class A keys are still
+    /// evicted when grace ends. Returns the file key.
+    @discardableResult
+    public func open(objectID: String, wrapped: WrappedFileKey) throws -> SecretBytes {
+        try lock.withLock {
+            expireGrace()
+            let key = try unwrapLocked(wrapped)
+            openObjects[objectID] = OpenObject(protectionClass: wrapped.protectionClass, fileKey: key)
+            return key
+        }
+    }
+
+    /// Keeps the key of an object just created through an open handle, so
+    /// it can be read back before close even when its class is not
+    /// readable now (class B created while locked).
+    public func registerOpen(objectID: String, fileKey: SecretBytes, protectionClass: ProtectionClass) throws {
+        try lock.withLock {
+            expireGrace()
+            guard canCreate(protectionClass) else { throw DeviceError.protectedDataUnavailable(protectionClass) }
+            openObjects[objectID] = OpenObject(protectionClass: protectionClass, fileKey: fileKey)
+        }
+    }
+
+    /// The file key of an open object, while its class rules allow.
+    public func openFileKey(objectID: String) throws -> SecretBytes {
+        try lock.withLock {
+            expireGrace()
+            guard let object = openObjects[objectID] else { throw DeviceError.notOpen }
+            return object.fileKey
+        }
+    }
+
+    /// Closes an object; its key is wiped.
+    public func close(objectID: String) {
+        _ = lock.withLock { openObjects.removeValue(forKey: objectID) }
+    }
+
+    // MARK: Key derivation
+
+    static func calibratedLogN(_ cost: PasscodeCost) throws -> UInt8 {
+        switch cost {
+        case .fixed(let logN):
+            return logN
+        case .calibrated(let milliseconds):
+            // scrypt's time is linear in N: time one small run and scale.
+            let password = SecretBytes(copying: Array("calibration".utf8))
+            let salt = [UInt8](repeating: 0, count: 32)
+            let probe: UInt8 = 12
+            let start = ContinuousClock.now
+            _ = try PasswordKDF.scrypt(password: password, salt: salt,
+                                       parameters: .init(n: 1 << UInt64(probe), r: 8, p: 1), outputByteCount: 32)
+            let elapsed = ContinuousClock.now - start
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let ratio = (Double(milliseconds) / 1000) / max(seconds, 1e-6)
+            let logN = Int(probe) + max(0, Int(log2(ratio).rounded(.up)))
+            return UInt8(min(20, max(Int(probe), logN)))
+        }
+    }
+
+    /// scrypt over the passcode, then HKDF keyed with the device's tangle
+    /// key, so the result cannot be computed off this device.
+    static func derivePasscodeKey(_ passcode: SecretBytes?, kdf: Keybag.PasscodeKDF, keys: DeviceKeys) throws -> SecretBytes {
+        guard let passcode else {
+            return try HKDF.deriveKey(inputKeyMaterial: keys.passcodeTangle, info: Array("locker v1 no passcode".utf8),
+                                      outputByteCount: 32)
+        }
+        let stretched = try PasswordKDF.scrypt(password: passcode, salt: kdf.salt, parameters: kdf.scryptParameters,
+                                               outputByteCount: 32)
+        return try keys.passcodeTangle.withUnsafeBytes { tangle in
+            try HKDF.deriveKey(inputKeyMaterial: stretched, salt: Array(tangle), info: Array("locker v1 passcode key".utf8),
+                               outputByteCount: 32)
+        }
+    }
+
+    static func classKEK(_ cls: ProtectionClass, passcodeKey: SecretBytes) throws -> SecretBytes {
+        try HKDF.deriveKey(inputKeyMaterial: passcodeKey, info: Array("locker v1 class \(cls.letter) kek".utf8),
+                           outputByteCount: 32)
+    }
+
+    static func makeClassKey(_ cls: ProtectionClass, generation: UInt32, passcodeKey: SecretBytes, keys: DeviceKeys)
+        throws -> (SecretBytes, Keybag.Entry)
+    {
+        let kek = cls == .none ? keys.classDKEK : try classKEK(cls, passcodeKey: passcodeKey)
+        var publicKey: [UInt8] = []
+        let classKey: SecretBytes
+        if cls == .completeUnlessOpen {
+            let pair = try X25519.PrivateKey()
+            classKey = pair.rawRepresentation
+            publicKey = pair.publicKey
+        } else {
+            classKey = try SecretBytes(randomCount: 32)
+        }
+        let entry = Keybag.Entry(
+            protectionClass: cls, wrapType: cls == .none ? .device : .passcode, keyID: try SecureRandom.bytes(16),
+            keyGeneration: generation, wrappedKey: try AESKeyWrap.wrap(classKey, kek: kek), publicKey: publicKey)
+        return (classKey, entry)
+    }
+
+    static func unwrapClassKey(_ entry: Keybag.Entry, kek: SecretBytes) throws -> SecretBytes {
+        do {
+            return try AESKeyWrap.unwrap(entry.wrappedKey, kek: kek)
+        } catch {
+            throw DeviceError.integrity("keybag entry \(entry.protectionClass.letter)")
+        }
+    }
+}

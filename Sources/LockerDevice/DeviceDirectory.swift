@@ -1,0 +1,145 @@
+internal import LockerCrypto
+internal import LockerFormat
+public import LockerIO
+
+/// The device directory: the simulated hardware secret (UID), the
+/// effaceable key, the keybag and the device record. Mode 0700, separate
+/// from the store. See docs/format.md, "Device directory".
+public struct DeviceDirectory: Sendable {
+    public let path: String
+    let fileSystem: FileSystem
+
+    public init(path: String, fileSystem: FileSystem = FileSystem()) {
+        self.path = path
+        self.fileSystem = fileSystem
+    }
+
+    var uidPath: String { path + "/uid" }
+    var effaceablePath: String { path + "/effaceable" }
+    var keybagPath: String { path + "/keybag" }
+    var recordPath: String { path + "/record" }
+
+    /// The file names that may exist in a device directory.
+    public static let fileNames = ["uid", "effaceable", "keybag", "record"]
+
+    /// Whether a device was ever initialized here.
+    public var exists: Bool { fileSystem.exists(recordPath) }
+
+    /// Creates the directory (0700), or checks an existing one is private.
+    func prepare() throws {
+        do {
+            try fileSystem.createDirectory(path, mode: 0o700)
+            try fileSystem.setMode(path, 0o700)
+        } catch let error as IOError {
+            throw DeviceError.io(error)
+        }
+    }
+
+    /// Loads the UID, creating it when `create` is set and none exists.
+    func loadUID(create: Bool) throws -> SecretBytes {
+        if create && !fileSystem.exists(uidPath) {
+            let uid = try SecretBytes(randomCount: 32)
+            try write(uidPath, uid.withUnsafeBytes { Array($0) })
+            return uid
+        }
+        let bytes = try read(uidPath, what: "uid")
+        guard bytes.count == 32 else { throw DeviceError.integrity("uid") }
+        return SecretBytes(copying: bytes)
+    }
+
+    func loadEffaceable() throws -> SecretBytes {
+        let bytes = try read(effaceablePath, what: "effaceable key")
+        guard bytes.count == 32 else { throw DeviceError.integrity("effaceable key") }
+        return SecretBytes(copying: bytes)
+    }
+
+    func writeEffaceable(_ key: SecretBytes) throws {
+        try write(effaceablePath, key.withUnsafeBytes { Array($0) })
+    }
+
+    func readKeybag() throws -> [UInt8] { try read(keybagPath, what: "keybag") }
+    func writeKeybag(_ bytes: [UInt8]) throws { try write(keybagPath, bytes) }
+
+    func readRecord(macKey: SecretBytes) throws -> DeviceRecord {
+        let bytes = try read(recordPath, what: "device record")
+        do {
+            return try DeviceRecord.decode(bytes, macKey: macKey)
+        } catch {
+            throw DeviceError.integrity("device record")
+        }
+    }
+
+    func writeRecord(_ record: DeviceRecord, macKey: SecretBytes) throws {
+        try write(recordPath, try record.encoded(macKey: macKey))
+    }
+
+    /// Destroys the effaceable key and the keybag.
+    func efface() throws {
+        do {
+            if fileSystem.exists(effaceablePath) { try fileSystem.shred(effaceablePath) }
+            try fileSystem.remove(keybagPath)
+        } catch let error as IOError {
+            throw DeviceError.io(error)
+        }
+    }
+
+    private func read(_ path: String, what: String) throws -> [UInt8] {
+        do {
+            return try fileSystem.readFile(path, limit: 64 << 10)
+        } catch let error as IOError where error.isNotFound {
+            throw what == "device record" ? DeviceError.notInitialized : DeviceError.integrity("\(what) missing")
+        } catch let error as IOError {
+            throw DeviceError.io(error)
+        }
+    }
+
+    private func write(_ path: String, _ bytes: [UInt8]) throws {
+        do {
+            try fileSystem.writeFileAtomically(path, bytes, mode: 0o600)
+        } catch let error as IOError {
+            throw DeviceError.io(error)
+        }
+    }
+}
+
+/// The keys derived from the UID and the effaceable key. See
+/// docs/format.md, "Key derivation".
+struct DeviceKeys {
+    /// Wraps class D.
+    let classDKEK: SecretBytes
+    /// MACs the device record.
+    let recordMACKey: SecretBytes
+    /// Tangles the passcode with the device (HKDF salt).
+    let passcodeTangle: SecretBytes
+    /// MACs a wrong passcode so a repeat is recognized.
+    let wrongPasscodeKey: SecretBytes
+    /// Seals the keybag; gone with the effaceable key.
+    let keybagSealKey: SecretBytes?
+    /// Encrypts names and metadata in the store; gone with the effaceable
+    /// key.
+    let metadataKey: SecretBytes?
+
+    init(uid: SecretBytes, effaceable: SecretBytes?) throws {
+        func derive(_ ikm: SecretBytes, _ label: String) throws -> SecretBytes {
+            try HKDF.deriveKey(inputKeyMaterial: ikm, salt: Array("locker v1".utf8), info: Array(label.utf8),
+                               outputByteCount: 32)
+        }
+        classDKEK = try derive(uid, "class D kek")
+        recordMACKey = try derive(uid, "device record mac")
+        passcodeTangle = try derive(uid, "passcode tangle")
+        wrongPasscodeKey = try derive(uid, "wrong passcode tag")
+        if let effaceable {
+            // Both the UID and the effaceable key go in: a keybag or name
+            // can only be opened on this device, and never after a wipe.
+            let joined = try SecretBytes(count: 64) { out in
+                uid.withUnsafeBytes { out.copyMemory(from: $0) }
+                effaceable.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: out[32...]).copyMemory(from: $0) }
+            }
+            keybagSealKey = try derive(joined, "keybag seal")
+            metadataKey = try derive(joined, "metadata")
+        } else {
+            keybagSealKey = nil
+            metadataKey = nil
+        }
+    }
+}

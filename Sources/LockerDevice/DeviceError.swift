@@ -1,0 +1,37 @@
+public import LockerFormat
+public import LockerIO
+
+/// Why a device operation was refused.
+///
+/// The cases map one to one onto the CLI's exit codes (docs/cli.md).
+public enum DeviceError: Error, Equatable, Sendable {
+    /// The device directory holds no device; run `init`.
+    case notInitialized
+    /// `init` found a device already there.
+    case alreadyInitialized
+    /// The device was wiped: nothing can be decrypted again.
+    case wiped
+    /// The class key this operation needs is not held in the current
+    /// state (EX_TEMPFAIL: try again after unlock).
+    case protectedDataUnavailable(ProtectionClass)
+    /// The object's key belongs to a class-key generation that `reset`
+    /// replaced; the object can never be decrypted.
+    case keyReset(ProtectionClass)
+    /// The passcode was wrong. `nextAttemptAt` is set when the next try
+    /// must wait.
+    case wrongPasscode(failedAttempts: Int, nextAttemptAt: Double?)
+    /// Too many failed attempts: no passcode is tried until `until`
+    /// (seconds since 1970).
+    case lockedOut(failedAttempts: Int, until: Double)
+    /// The device has no passcode, so there is nothing to unlock with one.
+    case noPasscode
+    /// Device or keybag bytes failed authentication or validation. The
+    /// string names the file or structure, never the byte.
+    case integrity(String)
+    /// The keybag is older than the device record says: a rollback.
+    case rollback
+    /// The object is not open.
+    case notOpen
+    /// A file operation failed.
+    case io(IOError)
+}

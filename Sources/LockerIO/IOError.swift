@@ -1,0 +1,23 @@
+#if canImport(Glibc)
+internal import Glibc
+#endif
+
+/// A failed system call: which call, on what, and the errno.
+public struct IOError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var operation: String
+    public var path: String
+    public var errno: Int32
+
+    public init(_ operation: String, path: String, errno: Int32) {
+        self.operation = operation
+        self.path = path
+        self.errno = errno
+    }
+
+    public var description: String {
+        "\(operation) \(path): \(String(cString: strerror(errno)))"
+    }
+
+    /// The file does not exist.
+    public var isNotFound: Bool { errno == ENOENT }
+}
