@@ -464,6 +464,15 @@ public final class Device: @unchecked Sendable {
 
     // MARK: File keys
 
+    /// Class B's public key.
+    public func classBPublicKey() throws -> ClassPublicKey {
+        try lock.withLock {
+            guard let keybag else { throw DeviceError.wiped }
+            let entry = keybag.entry(for: .completeUnlessOpen)
+            return ClassPublicKey(keyID: entry.keyID, keyGeneration: entry.keyGeneration, publicKey: entry.publicKey)
+        }
+    }
+
     /// Wraps a new object's file key for `cls`. Class B needs only the
     /// public key, so it works in every state but wiped.
     public func wrap(fileKey: SecretBytes, for cls: ProtectionClass) throws -> WrappedFileKey {
