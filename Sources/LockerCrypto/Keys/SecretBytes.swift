@@ -60,17 +60,22 @@ public final class SecretBytes: @unchecked Sendable {
             throw CryptoError.internalFailure
         }
         memset(raw, 0, size)
-        locked = mlock(raw, size) == 0
+        let isLocked = mlock(raw, size) == 0
         _ = madvise(raw, size, MADV_DONTDUMP)
-        storage = UnsafeMutableRawBufferPointer(start: raw, count: count)
-        allocationSize = size
-        self.count = count
+        let buffer = UnsafeMutableRawBufferPointer(start: raw, count: count)
+        // Run the initializer before `self` is fully initialized: a class
+        // initializer that throws after that point still runs `deinit`,
+        // which would release the allocation a second time (double free).
         do {
-            try initializer(storage)
+            try initializer(buffer)
         } catch {
-            Self.release(raw, size: size, locked: locked)
+            Self.release(raw, size: size, locked: isLocked)
             throw error
         }
+        locked = isLocked
+        storage = buffer
+        allocationSize = size
+        self.count = count
     }
 
     deinit {

@@ -1,0 +1,83 @@
+import LockerCrypto
+import Testing
+
+// Wycheproof hmac_sha256_test.json against HMAC.
+//
+// Groups with tagSize 256 use HMAC.isValid (and authenticationCode must equal
+// the tag for valid cases). Groups with tagSize 128 are truncated tags: the
+// full MAC is computed and its 16-byte prefix is compared in constant time
+// with constantTimeEquals; valid must match, invalid must not.
+
+struct MacGroup: Decodable, Sendable {
+    let type: String
+    let keySize: Int
+    let tagSize: Int
+    let tests: [MacCase]
+}
+
+struct MacCase: Decodable, Sendable {
+    let tcId: Int
+    let comment: String
+    let flags: [String]
+    let key: HexBytes
+    let msg: HexBytes
+    let tag: HexBytes
+    let result: WycheproofResult
+}
+
+@Suite("HMAC vectors")
+struct HMACVectorTests {
+    @Test("wycheproof hmac_sha256_test.json")
+    func wycheproofHMAC() throws {
+        let file = "hmac_sha256_test.json"
+        let vectors: WycheproofFile<MacGroup> = try Vectors.load(file)
+        var run = VectorRun(file, vectors)
+        for group in vectors.testGroups {
+            #expect(group.type == "MacTest", "\(file): unexpected group type \(group.type)")
+            #expect(group.tagSize == 128 || group.tagSize == 256, "\(file): unexpected tagSize \(group.tagSize)")
+            run.each(group.tests, tcId: \.tcId, result: \.result) { tc, run in
+                let id = run.id(tc.tcId)
+                #expect(tc.key.count * 8 == group.keySize, "\(id): key length disagrees with keySize")
+                #expect(tc.tag.count * 8 == group.tagSize, "\(id): tag length disagrees with tagSize")
+                let key = SecretBytes(copying: tc.key.bytes)
+                let full = try HMAC.authenticationCode(.sha256, for: tc.msg.bytes, key: key)
+                #expect(full.count == 32, "\(id): MAC is not 32 bytes")
+                let matches: Bool
+                if group.tagSize == 256 {
+                    run.count("fullTag")
+                    matches = try HMAC.isValid(tc.tag.bytes, .sha256, for: tc.msg.bytes, key: key)
+                    #expect(matches == constantTimeEquals(full, tc.tag.bytes), "\(id): isValid disagrees with the MAC")
+                } else {
+                    run.count("truncatedTag")
+                    matches = constantTimeEquals(Array(full.prefix(tc.tag.count)), tc.tag.bytes)
+                    // A truncated tag is never a valid full-length tag.
+                    #expect(try !HMAC.isValid(tc.tag.bytes, .sha256, for: tc.msg.bytes, key: key),
+                            "\(id): isValid accepted a truncated tag")
+                }
+                switch tc.result {
+                case .valid:
+                    #expect(matches, "\(id): MAC \(full.hex) does not match tag \(tc.tag.bytes.hex)")
+                    return .valid
+                case .invalid:
+                    #expect(!matches, "\(id): modified tag \(tc.tag.bytes.hex) was accepted")
+                    return .invalid
+                case .acceptable:
+                    Issue.record("\(id): no acceptable HMAC cases are expected; decide how to treat this one")
+                    return .acceptable
+                }
+            }
+        }
+        run.finish(expecting: VectorCounts(valid: 66, invalid: 108), details: ["fullTag": 87, "truncatedTag": 87])
+    }
+
+    @Test("RFC 4231 test case 2 and the empty key")
+    func knownAnswers() throws {
+        // RFC 4231 section 4.3: key "Jefe", data "what do ya want for nothing?".
+        let mac = try HMAC.authenticationCode(for: Array("what do ya want for nothing?".utf8),
+                                              key: SecretBytes(copying: Array("Jefe".utf8)))
+        #expect(mac.hex == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        // An empty key is legal HMAC (RFC 2104 pads it with zeros).
+        let empty = try HMAC.authenticationCode(for: [], key: SecretBytes(copying: []))
+        #expect(empty.hex == "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad")
+    }
+}
