@@ -156,12 +156,15 @@ public final class Device: @unchecked Sendable {
     /// Ends this boot: every key in memory is wiped. The device object is
     /// unusable afterwards.
     public func shutdown() {
-        lock.withLock {
+        let continuations = lock.withLock {
             classKeys.removeAll()
             openObjects.removeAll()
-            for continuation in subscribers.values { continuation.finish() }
-            subscribers.removeAll()
+            defer { subscribers.removeAll() }
+            return Array(subscribers.values)
         }
+        // Outside the lock: finish() runs the stream's onTermination at
+        // once, and that takes the lock.
+        for continuation in continuations { continuation.finish() }
     }
 
     // MARK: State

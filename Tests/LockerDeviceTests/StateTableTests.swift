@@ -1,0 +1,182 @@
+import LockerCrypto
+import LockerDevice
+import LockerFormat
+import Testing
+
+/// The protection semantics table: read an existing closed object / create
+/// a new one, for every class in every state.
+@Suite struct StateTableTests {
+    /// (readable, creatable) per class, per state, exactly as the table.
+    static let table: [DeviceState: [ProtectionClass: (read: Bool, create: Bool)]] = [
+        .beforeFirstUnlock: [.complete: (false, false), .completeUnlessOpen: (false, true),
+                             .completeUntilFirstUserAuthentication: (false, false), .none: (true, true)],
+        .unlocked: [.complete: (true, true), .completeUnlessOpen: (true, true),
+                    .completeUntilFirstUserAuthentication: (true, true), .none: (true, true)],
+        .locking: [.complete: (true, true), .completeUnlessOpen: (true, true),
+                   .completeUntilFirstUserAuthentication: (true, true), .none: (true, true)],
+        .locked: [.complete: (false, false), .completeUnlessOpen: (false, true),
+                  .completeUntilFirstUserAuthentication: (true, true), .none: (true, true)],
+    ]
+
+    /// Drives a device into `state` and returns it, with one object of each
+    /// class wrapped while it was unlocked.
+    func device(in state: DeviceState, temp: TemporaryDevice, clock: ManualClock) throws
+        -> (Device, [ProtectionClass: WrappedFileKey])
+    {
+        var device = try makeDevice(temp, clock: clock)
+        var wrapped: [ProtectionClass: WrappedFileKey] = [:]
+        for cls in ProtectionClass.allCases {
+            wrapped[cls] = try device.wrap(fileKey: SecretBytes(randomCount: 32), for: cls)
+        }
+        switch state {
+        case .beforeFirstUnlock:
+            device.shutdown()
+            device = try Device.boot(at: temp.directory, clock: clock, passcodeCost: fastCost)
+        case .unlocked:
+            break
+        case .locking:
+            device.lock(immediately: false)
+        case .locked:
+            device.lock(immediately: false)
+            clock.advance(10)
+        case .wiped:
+            try device.wipe()
+        }
+        return (device, wrapped)
+    }
+
+    @Test(arguments: [DeviceState.beforeFirstUnlock, .unlocked, .locking, .locked])
+    func everyCell(state: DeviceState) throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let clock = ManualClock()
+        let (device, wrapped) = try device(in: state, temp: temp, clock: clock)
+        #expect(device.state == state)
+        for cls in ProtectionClass.allCases {
+            let expected = Self.table[state]![cls]!
+            let readResult = Result { try device.unwrap(wrapped[cls]!) }
+            switch readResult {
+            case .success: #expect(expected.read, "read \(cls) in \(state) should be refused")
+            case .failure(let error):
+                #expect(!expected.read, "read \(cls) in \(state) should work, got \(error)")
+                #expect(error as? DeviceError == .protectedDataUnavailable(cls))
+            }
+            let createResult = Result { try device.wrap(fileKey: SecretBytes(randomCount: 32), for: cls) }
+            switch createResult {
+            case .success: #expect(expected.create, "create \(cls) in \(state) should be refused")
+            case .failure(let error):
+                #expect(!expected.create, "create \(cls) in \(state) should work, got \(error)")
+                #expect(error as? DeviceError == .protectedDataUnavailable(cls))
+            }
+            // The pure table function agrees with the device.
+            #expect(cls.isReadable(in: state) == expected.read)
+            #expect(cls.isCreatable(in: state) == expected.create)
+        }
+        let status = try device.status()
+        #expect(status.state == state)
+        #expect(Set(status.readableClasses) == Set(ProtectionClass.allCases.filter { Self.table[state]![$0]!.read }.map(\.canonicalName)))
+        #expect(status.isProtectedDataAvailable == (state == .unlocked || state == .locking))
+    }
+
+    @Test func wipedRefusesEverything() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let clock = ManualClock()
+        let (device, wrapped) = try device(in: .wiped, temp: temp, clock: clock)
+        for cls in ProtectionClass.allCases {
+            #expect(throws: DeviceError.wiped) { try device.unwrap(wrapped[cls]!) }
+            #expect(throws: DeviceError.wiped) { try device.wrap(fileKey: SecretBytes(randomCount: 32), for: cls) }
+        }
+        #expect(throws: DeviceError.wiped) { try device.unlock(passcode: passcode("1234")) }
+        device.shutdown()
+        let rebooted = try Device.boot(at: temp.directory, clock: clock, passcodeCost: fastCost)
+        #expect(rebooted.state == .wiped)
+        #expect(throws: DeviceError.wiped) { try rebooted.unlock(passcode: passcode("1234")) }
+        #expect(throws: DeviceError.wiped) { try rebooted.metadataKey() }
+    }
+
+    @Test func graceExpiresOnTheInjectedClock() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let clock = ManualClock()
+        let device = try makeDevice(temp, clock: clock, grace: 5)
+        let a = try device.wrap(fileKey: SecretBytes(randomCount: 32), for: .complete)
+        device.lock(immediately: false)
+        #expect(device.state == .locking)
+        #expect(try device.status().graceRemaining == 5)
+        clock.advance(4.9)
+        #expect(throws: Never.self) { try device.unwrap(a) }
+        clock.advance(0.1)
+        #expect(device.state == .locked)
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) { try device.unwrap(a) }
+        try device.unlock(passcode: passcode("1234"))
+        #expect(throws: Never.self) { try device.unwrap(a) }
+    }
+
+    @Test func lockNowSkipsGrace() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let device = try makeDevice(temp, clock: ManualClock())
+        device.lock(immediately: true)
+        #expect(device.state == .locked)
+    }
+
+    @Test func openObjectsAcrossALock() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let clock = ManualClock()
+        let device = try makeDevice(temp, clock: clock, grace: 3)
+        let a = try device.wrap(fileKey: SecretBytes(randomCount: 32), for: .complete)
+        let b = try device.wrap(fileKey: SecretBytes(randomCount: 32), for: .completeUnlessOpen)
+        let keyA = try device.open(objectID: "a", wrapped: a)
+        let keyB = try device.open(objectID: "b", wrapped: b)
+        device.lock(immediately: false)
+        #expect(try device.openFileKey(objectID: "a") == keyA)
+        clock.advance(3)
+        // B stays open across the lock; A is evicted when grace ends.
+        #expect(try device.openFileKey(objectID: "b") == keyB)
+        #expect(throws: DeviceError.notOpen) { try device.openFileKey(objectID: "a") }
+        #expect(throws: DeviceError.protectedDataUnavailable(.completeUnlessOpen)) { try device.unwrap(b) }
+        #expect(try device.status().openObjects.map(\.id) == ["b"])
+        // B created while locked: readable through its open handle only.
+        let fresh = try SecretBytes(randomCount: 32)
+        let created = try device.wrap(fileKey: fresh, for: .completeUnlessOpen)
+        try device.registerOpen(objectID: "new", fileKey: fresh, protectionClass: .completeUnlessOpen)
+        #expect(try device.openFileKey(objectID: "new") == fresh)
+        device.close(objectID: "new")
+        #expect(throws: DeviceError.notOpen) { try device.openFileKey(objectID: "new") }
+        #expect(throws: DeviceError.protectedDataUnavailable(.completeUnlessOpen)) { try device.unwrap(created) }
+        try device.unlock(passcode: passcode("1234"))
+        #expect(try device.unwrap(created) == fresh)
+    }
+
+    @Test func withoutPasscodeLockChangesNothing() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let clock = ManualClock()
+        let device = try makeDevice(temp, clock: clock, passcode: nil)
+        let a = try device.wrap(fileKey: SecretBytes(randomCount: 32), for: .complete)
+        device.lock(immediately: true)
+        #expect(device.state == .locked)
+        #expect(throws: Never.self) { try device.unwrap(a) }
+        #expect(try device.status().passcodeSet == false)
+        #expect(throws: DeviceError.noPasscode) { try device.unlock(passcode: passcode("x")) }
+        device.shutdown()
+        let rebooted = try Device.boot(at: temp.directory, clock: clock, passcodeCost: fastCost)
+        #expect(rebooted.state == .unlocked)
+        #expect(throws: Never.self) { try rebooted.unwrap(a) }
+    }
+
+    @Test func eventsAreEmitted() async throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let device = try makeDevice(temp, clock: ManualClock())
+        let events = device.events()
+        device.lock(immediately: true)
+        try device.unlock(passcode: passcode("1234"))
+        device.shutdown()
+        var seen: [ProtectionEvent] = []
+        for await event in events { seen.append(event) }
+        #expect(seen == [.protectedDataWillBecomeUnavailable, .protectedDataDidBecomeAvailable])
+    }
+}
