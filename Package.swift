@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "LockerCrypto", targets: ["LockerCrypto"]),
         .library(name: "LockerFormat", targets: ["LockerFormat"]),
         .executable(name: "locker", targets: ["locker"]),
+        .executable(name: "locker-agent-host", targets: ["agent-host"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -36,6 +37,14 @@ let package = Package(
         .target(name: "LockerIO"),
         // The simulated device: keybag, passcode policy, state machine.
         .target(name: "LockerDevice", dependencies: ["LockerCrypto", "LockerFormat", "LockerIO"]),
+        // The agent: holds a booted device for the CLI, over a Unix socket.
+        .target(
+            name: "LockerAgent",
+            dependencies: ["LockerDevice", "LockerFormat", "LockerCrypto", "LockerIO", "CLockerSupport"]
+        ),
+        // Runs the agent until the CLI has an `agent` command; the agent
+        // tests launch it.
+        .executableTarget(name: "agent-host", dependencies: ["LockerAgent", "LockerDevice"], path: "Tools/agent-host"),
 
         .executableTarget(
             name: "locker",
@@ -53,6 +62,10 @@ let package = Package(
         .testTarget(
             name: "LockerDeviceTests",
             dependencies: ["LockerDevice", "LockerFormat", "LockerCrypto", "LockerIO"]
+        ),
+        .testTarget(
+            name: "LockerAgentTests",
+            dependencies: ["LockerAgent", "LockerDevice", "LockerFormat", "LockerCrypto"]
         ),
         .testTarget(
             name: "LockerFormatTests",

@@ -1,0 +1,454 @@
+internal import Foundation
+public import LockerCrypto
+public import LockerDevice
+public import LockerFormat
+internal import Synchronization
+#if canImport(Glibc)
+internal import Glibc
+#endif
+
+/// A ``KeyService`` whose device lives in the agent process, reached over
+/// the agent's Unix socket. Same semantics and same ``DeviceError``s as an
+/// in-process ``Device``.
+///
+/// Each request uses a fresh connection, so a client may be kept for as
+/// long as needed and shared between threads; an agent that went away
+/// (reboot, kill) is started again on the next request when the client
+/// has a launcher.
+public final class AgentClient: KeyService {
+    public let paths: AgentPaths
+    private let launcher: AgentLauncher?
+    /// Class B's public key, fetched once; dropped by this client's
+    /// initialize, reset, wipe and reboot.
+    private let classBKey = Mutex<ClassPublicKey?>(nil)
+
+    /// Seconds the client waits for an answer (scrypt under contention
+    /// can be slow).
+    static let replySeconds = 120
+    /// Seconds a started agent has to answer.
+    static let startSeconds = 5.0
+
+    /// Connects to the agent for the device directory `devicePath`,
+    /// starting one if none answers and `launcher` is non-nil. Throws
+    /// ``DeviceError`` / ``AgentError``.
+    public init(devicePath: String, launcher: AgentLauncher?) throws {
+        paths = try AgentPaths(devicePath: devicePath)
+        self.launcher = launcher
+        _ = try ping()
+    }
+
+    /// The process ID of the agent that answers now.
+    public func agentProcessID() throws -> Int32 {
+        try ping().pid
+    }
+
+    private func ping() throws -> (version: UInt16, pid: Int32) {
+        try call(.ping) { r in
+            let version = try r.readUInt16()
+            let pid = try r.readUInt32()
+            guard version == WireFormat.version, pid > 0, pid <= UInt32(Int32.max) else { throw WireFormat.Malformed() }
+            return (version, Int32(pid))
+        }
+    }
+
+    // MARK: Life cycle
+
+    /// Creates the device (it ends unlocked).
+    public func initialize(passcode: SecretBytes?, options: Device.Options) throws {
+        guard WireFormat.isEncodable(options) else { throw AgentError.invalidArgument("passcode cost out of range") }
+        if let passcode { try Self.checkPasscode(passcode) }
+        defer { classBKey.withLock { $0 = nil } }
+        try callEmpty(.initialize(passcode: passcode, options: options))
+    }
+
+    /// Has the agent wipe every key and exit. Returns once the agent has
+    /// acknowledged and closed the connection. With no agent running there
+    /// is nothing to wipe, and it returns at once.
+    public func reboot() throws {
+        classBKey.withLock { $0 = nil }
+        let connection: Connection
+        do {
+            connection = try connect(start: false)
+        } catch AgentError.unavailable {
+            return
+        }
+        defer { connection.close() }
+        do {
+            try connection.send(.reboot)
+            try connection.receiveReply { _ in }
+        } catch AgentError.unavailable {
+            // The agent went away without answering (another reboot got
+            // there first): its keys are gone either way.
+            return
+        }
+        // The agent exits after the acknowledgement: wait for the end of
+        // the stream so the next request finds it gone.
+        _ = connection.waitForClose()
+    }
+
+    /// Streams protection events: blocks, calls `onEvent` per event until
+    /// it returns false or the agent goes away.
+    public func watch(_ onEvent: (ProtectionEvent) -> Bool) throws {
+        let connection = try connect(start: true)
+        defer { connection.close() }
+        try connection.send(.watch)
+        try connection.receiveReply { _ in }
+        connection.setReceiveTimeout(seconds: 0)
+        while true {
+            switch SocketIO.readFrame(connection.fd) {
+            case .closed:
+                return
+            case .failed(let e) where e == ECONNRESET:
+                return
+            case .failed(let e):
+                throw AgentError.unavailable("reading from the agent: \(ErrnoCode(e).message)")
+            case .malformed:
+                throw AgentError.protocolViolation
+            case .frame(let payload):
+                var r = ByteReader(payload)
+                let event: ProtectionEvent
+                do {
+                    guard try r.readUInt8() == WireFormat.ResponseKind.event.rawValue else { throw WireFormat.Malformed() }
+                    event = try WireFormat.event(code: try r.readUInt8())
+                    try r.expectEnd()
+                } catch {
+                    throw AgentError.protocolViolation
+                }
+                if !onEvent(event) { return }
+            }
+        }
+    }
+
+    // MARK: KeyService
+
+    public func status() throws -> DeviceStatus {
+        let connection = try connect(start: true)
+        defer { connection.close() }
+        try connection.send(.status)
+        var total = 0
+        var json: [UInt8] = []
+        try connection.receiveReply { r in
+            let declared = Int(try r.readUInt32())
+            guard declared >= 1, declared <= WireFormat.maxStatusBytes else { throw WireFormat.Malformed() }
+            total = declared
+            json = try r.read(r.remaining)
+            guard json.count <= total else { throw WireFormat.Malformed() }
+        }
+        while json.count < total {
+            guard case .frame(let payload) = SocketIO.readFrame(connection.fd),
+                  payload.first == WireFormat.ResponseKind.continuation.rawValue,
+                  payload.count > 1, json.count + payload.count - 1 <= total
+            else { throw AgentError.protocolViolation }
+            json.append(contentsOf: payload[1...])
+        }
+        do {
+            return try JSONDecoder().decode(DeviceStatus.self, from: Data(json))
+        } catch {
+            throw AgentError.protocolViolation
+        }
+    }
+
+    public func unlock(passcode: SecretBytes) throws {
+        try Self.checkPasscode(passcode)
+        try callEmpty(.unlock(passcode: passcode))
+    }
+
+    public func lock(immediately: Bool) throws {
+        try callEmpty(.lock(immediately: immediately))
+    }
+
+    public func changePasscode(old: SecretBytes, new: SecretBytes) throws {
+        try Self.checkPasscode(old)
+        try Self.checkPasscode(new)
+        try callEmpty(.changePasscode(old: old, new: new))
+    }
+
+    public func reset(newPasscode: SecretBytes?) throws {
+        if let newPasscode { try Self.checkPasscode(newPasscode) }
+        defer { classBKey.withLock { $0 = nil } }
+        try callEmpty(.reset(newPasscode: newPasscode))
+    }
+
+    public func wipe() throws {
+        defer { classBKey.withLock { $0 = nil } }
+        try callEmpty(.wipe)
+    }
+
+    public func metadataKey() throws -> SecretBytes {
+        try call(.metadataKey) { r in try WireFormat.readFixedSecret(&r, count: WireFormat.fileKeyBytes) }
+    }
+
+    public func classBPublicKey() throws -> ClassPublicKey {
+        if let cached = classBKey.withLock({ $0 }) { return cached }
+        let key = try call(.classBPublicKey) { r in
+            let keyID = try r.read(Keybag.keyIDByteCount)
+            let generation = try r.readUInt32()
+            let publicKey = try r.read(WireFormat.publicKeyBytes)
+            return ClassPublicKey(keyID: keyID, keyGeneration: generation, publicKey: publicKey)
+        }
+        classBKey.withLock { $0 = key }
+        return key
+    }
+
+    /// Class B is wrapped here with the cached public key: the agent's
+    /// private key is never needed to create a class B object.
+    public func wrap(fileKey: SecretBytes, for protectionClass: ProtectionClass) throws -> WrappedFileKey {
+        try Self.checkFileKey(fileKey)
+        if protectionClass == .completeUnlessOpen {
+            let key = try classBPublicKey()
+            let blob = try FileKeyWrap.wrapAsymmetric(fileKey, classPublicKey: key.publicKey)
+            return WrappedFileKey(protectionClass: .completeUnlessOpen, keyID: key.keyID,
+                                  keyGeneration: key.keyGeneration, blob: blob)
+        }
+        return try call(.wrap(fileKey: fileKey, protectionClass: protectionClass)) { r in
+            try Self.readWrapped(&r, expecting: protectionClass)
+        }
+    }
+
+    public func unwrap(_ wrapped: WrappedFileKey) throws -> SecretBytes {
+        try Self.checkWrapped(wrapped)
+        return try call(.unwrap(wrapped)) { r in try WireFormat.readFixedSecret(&r, count: WireFormat.fileKeyBytes) }
+    }
+
+    public func rewrap(_ wrapped: WrappedFileKey, to newClass: ProtectionClass) throws -> WrappedFileKey {
+        try Self.checkWrapped(wrapped)
+        return try call(.rewrap(wrapped, newClass: newClass)) { r in try Self.readWrapped(&r, expecting: newClass) }
+    }
+
+    public func open(objectID: String, wrapped: WrappedFileKey) throws -> SecretBytes {
+        try Self.checkObjectID(objectID)
+        try Self.checkWrapped(wrapped)
+        return try call(.open(objectID: objectID, wrapped: wrapped)) { r in
+            try WireFormat.readFixedSecret(&r, count: WireFormat.fileKeyBytes)
+        }
+    }
+
+    public func registerOpen(objectID: String, fileKey: SecretBytes, protectionClass: ProtectionClass) throws {
+        try Self.checkObjectID(objectID)
+        try Self.checkFileKey(fileKey)
+        try callEmpty(.registerOpen(objectID: objectID, fileKey: fileKey, protectionClass: protectionClass))
+    }
+
+    public func openFileKey(objectID: String) throws -> SecretBytes {
+        try Self.checkObjectID(objectID)
+        return try call(.openFileKey(objectID: objectID)) { r in
+            try WireFormat.readFixedSecret(&r, count: WireFormat.fileKeyBytes)
+        }
+    }
+
+    public func close(objectID: String) throws {
+        try Self.checkObjectID(objectID)
+        try callEmpty(.close(objectID: objectID))
+    }
+
+    // MARK: Argument checks (what the wire format cannot carry)
+
+    private static func checkPasscode(_ passcode: SecretBytes) throws {
+        guard passcode.count <= WireFormat.maxPasscodeBytes else {
+            throw AgentError.invalidArgument("passcode longer than \(WireFormat.maxPasscodeBytes) bytes")
+        }
+    }
+
+    private static func checkFileKey(_ key: SecretBytes) throws {
+        guard key.count == WireFormat.fileKeyBytes else {
+            throw AgentError.invalidArgument("file key must be \(WireFormat.fileKeyBytes) bytes")
+        }
+    }
+
+    private static func checkObjectID(_ objectID: String) throws {
+        let count = objectID.utf8.count
+        guard count >= 1, count <= WireFormat.maxObjectIDBytes else {
+            throw AgentError.invalidArgument("object ID must be 1 to \(WireFormat.maxObjectIDBytes) bytes of UTF-8")
+        }
+    }
+
+    /// A wrapped key of the wrong shape is what the device itself calls a
+    /// bad wrapped key.
+    private static func checkWrapped(_ wrapped: WrappedFileKey) throws {
+        guard WireFormat.isEncodable(wrapped) else { throw DeviceError.integrity("wrapped key") }
+    }
+
+    private static func readWrapped(_ r: inout ByteReader, expecting cls: ProtectionClass) throws -> WrappedFileKey {
+        let wrapped = try WireFormat.readWrapped(&r)
+        guard wrapped.protectionClass == cls else { throw WireFormat.Malformed() }
+        return wrapped
+    }
+
+    // MARK: Requests
+
+    private func callEmpty(_ request: AgentRequest) throws {
+        try call(request) { _ in }
+    }
+
+    /// Sends `request` on a new connection and decodes the OK body with
+    /// `body`, which must consume it whole.
+    private func call<T>(_ request: AgentRequest, _ body: (inout ByteReader) throws -> T) throws -> T {
+        let connection = try connect(start: true)
+        defer { connection.close() }
+        try connection.send(request)
+        var result: T?
+        try connection.receiveReply { r in result = try body(&r) }
+        return result!
+    }
+
+    /// A connection to the agent, starting one first if none listens and
+    /// `start` is set and there is a launcher.
+    private func connect(start: Bool) throws -> Connection {
+        switch try Connection.open(paths.socketPath) {
+        case .connected(let connection):
+            return connection
+        case .notListening(let reason):
+            guard start, let launcher else {
+                throw AgentError.unavailable("no agent for \(paths.deviceDirectory) (\(reason))")
+            }
+            return try startAgent(launcher)
+        }
+    }
+
+    /// Starts an agent under the start lock, so that racing clients start
+    /// one between them, and waits for it to answer.
+    private func startAgent(_ launcher: AgentLauncher) throws -> Connection {
+        let lockFD = Glibc.open(paths.startLockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard lockFD >= 0 else {
+            throw AgentError.unavailable("cannot open \(paths.startLockPath): \(ErrnoCode(errno).message)")
+        }
+        defer { _ = Glibc.close(lockFD) }
+        let lockDeadline = SocketIO.monotonicNow() + 2 * Self.startSeconds
+        while flock(lockFD, LOCK_EX | LOCK_NB) != 0 {
+            let e = errno
+            guard e == EWOULDBLOCK || e == EINTR else {
+                throw AgentError.unavailable("cannot lock \(paths.startLockPath): \(ErrnoCode(e).message)")
+            }
+            guard SocketIO.monotonicNow() < lockDeadline else {
+                throw AgentError.unavailable("another client is starting the agent and has not finished")
+            }
+            SocketIO.sleep(milliseconds: 10)
+        }
+        defer { _ = flock(lockFD, LOCK_UN) }
+
+        // Another client may have started one while we waited.
+        if case .connected(let connection) = try Connection.open(paths.socketPath) { return connection }
+
+        let agent = try launcher.spawn()
+        let deadline = SocketIO.monotonicNow() + Self.startSeconds
+        var lastReason = "no answer"
+        while SocketIO.monotonicNow() < deadline {
+            switch try Connection.open(paths.socketPath) {
+            case .connected(let connection):
+                return connection
+            case .notListening(let reason):
+                lastReason = reason
+            }
+            if let status = agent.exitStatus.withLock({ $0 }), status != 0 {
+                let how = status & 0x7F == 0 ? "exit status \(status >> 8 & 0xFF)" : "signal \(status & 0x7F)"
+                throw AgentError.unavailable("the agent ended at start (\(how))")
+            }
+            SocketIO.sleep(milliseconds: 10)
+        }
+        throw AgentError.unavailable("the agent did not answer within \(Int(Self.startSeconds)) s (\(lastReason))")
+    }
+}
+
+/// One client connection: a request out, a reply in.
+final class Connection {
+    let fd: Int32
+    private var closed = false
+
+    enum Outcome {
+        case connected(Connection)
+        /// Nothing listens there: no socket file, or a stale one.
+        case notListening(String)
+    }
+
+    private init(fd: Int32) { self.fd = fd }
+
+    deinit { close() }
+
+    /// Connects and checks that the agent runs as this user. ENOENT and
+    /// ECONNREFUSED mean no agent; other failures throw.
+    static func open(_ path: String) throws -> Outcome {
+        switch try SocketIO.connect(to: path) {
+        case .failure(let e) where e.value == ENOENT || e.value == ECONNREFUSED:
+            return .notListening(e.message)
+        case .failure(let e):
+            throw AgentError.unavailable("cannot connect to \(path): \(e.message)")
+        case .success(let fd):
+            let connection = Connection(fd: fd)
+            guard let peer = SocketIO.peerCredentials(fd), peer.uid == geteuid() else { throw AgentError.peerRefused }
+            SocketIO.setTimeouts(fd, receive: AgentClient.replySeconds, send: 10)
+            return .connected(connection)
+        }
+    }
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        _ = Glibc.close(fd)
+    }
+
+    func setReceiveTimeout(seconds: Int) {
+        var t = timeval(tv_sec: seconds, tv_usec: 0)
+        _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    func send(_ request: AgentRequest) throws {
+        var payload = request.encoded()
+        defer { Secrets.wipe(&payload) }
+        guard SocketIO.sendFrame(fd, payload) else {
+            throw AgentError.unavailable("the agent closed the connection")
+        }
+    }
+
+    /// Reads the reply frame. An OK reply's body goes to `body`, which
+    /// must consume it whole; an error reply is rethrown as the error the
+    /// agent's device threw.
+    func receiveReply(_ body: (inout ByteReader) throws -> Void) throws {
+        var payload: [UInt8]
+        switch SocketIO.readFrame(fd) {
+        case .frame(let bytes): payload = bytes
+        case .closed: throw AgentError.unavailable("the agent closed the connection")
+        case .malformed: throw AgentError.protocolViolation
+        case .failed(let e): throw AgentError.unavailable("reading from the agent: \(ErrnoCode(e).message)")
+        }
+        defer { Secrets.wipe(&payload) }
+        let outcome = Self.decodeReply(payload, body)
+        switch outcome {
+        case .success: return
+        case .failure(let error): throw error
+        }
+    }
+
+    /// Decodes in its own scope so that the reader's reference to the
+    /// payload is gone before the caller wipes it.
+    private static func decodeReply(_ payload: [UInt8], _ body: (inout ByteReader) throws -> Void) -> Result<Void, any Error> {
+        var r = ByteReader(payload)
+        do {
+            switch try r.readUInt8() {
+            case WireFormat.ResponseKind.ok.rawValue:
+                try body(&r)
+                try r.expectEnd()
+                return .success(())
+            case WireFormat.ResponseKind.error.rawValue:
+                return .failure(try WireFormat.decodeError(&r))
+            default:
+                return .failure(AgentError.protocolViolation)
+            }
+        } catch {
+            return .failure(AgentError.protocolViolation)
+        }
+    }
+
+    /// Reads until the agent closes the connection (or the timeout).
+    /// True on a clean end of stream.
+    func waitForClose() -> Bool {
+        var scratch = [UInt8](repeating: 0, count: 64)
+        while true {
+            let n = scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n == 0 { return true }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return errno == ECONNRESET
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+internal import Foundation
+internal import LockerCrypto
+internal import LockerDevice
+internal import LockerFormat
+#if canImport(Glibc)
+internal import Glibc
+#endif
+
+/// One accepted connection on the agent side: frames in, replies out, one
+/// at a time, until the peer closes, stays silent too long, or sends
+/// anything malformed (then this connection, and only it, is closed).
+final class AgentConnection: @unchecked Sendable {
+    let fd: Int32
+    let core: AgentCore
+    /// Guards writes and the close, which the watch pump and the
+    /// connection thread share.
+    private let writeLock = NSLock()
+    private var closed = false
+
+    init(fd: Int32, core: AgentCore) {
+        self.fd = fd
+        self.core = core
+    }
+
+    func serve() {
+        defer { closeOnce() }
+        while true {
+            guard case .frame(var payload) = SocketIO.readFrame(fd, frameSeconds: Double(AgentServer.receiveSeconds)) else {
+                return
+            }
+            let decoded = Self.decode(payload)
+            Secrets.wipe(&payload)
+            guard let request = decoded else { return }
+            switch request {
+            case .watch:
+                watch()
+                return
+            case .reboot:
+                core.reboot { _ = self.send([WireFormat.ResponseKind.ok.rawValue]) }
+            case .status:
+                guard sendStatus() else { return }
+            default:
+                var reply = handle(request)
+                let sent = send(reply)
+                Secrets.wipe(&reply)
+                guard sent else { return }
+            }
+        }
+    }
+
+    /// Decodes in its own scope, so that the reader's reference to the
+    /// payload is gone before the caller wipes it.
+    private static func decode(_ payload: [UInt8]) -> AgentRequest? {
+        try? AgentRequest.decode(payload)
+    }
+
+    private func send(_ payload: [UInt8]) -> Bool {
+        writeLock.withLock { !closed && SocketIO.sendFrame(fd, payload) }
+    }
+
+    private func closeOnce() {
+        writeLock.withLock {
+            guard !closed else { return }
+            closed = true
+            _ = close(fd)
+        }
+    }
+
+    // MARK: Requests
+
+    /// The reply to one request: OK with its body, or the error.
+    private func handle(_ request: AgentRequest) -> [UInt8] {
+        do {
+            var w = ByteWriter(capacity: 256)
+            w.write(WireFormat.ResponseKind.ok.rawValue)
+            try perform(request, into: &w)
+            return w.bytes
+        } catch {
+            return WireFormat.encodeError(error)
+        }
+    }
+
+    private func perform(_ request: AgentRequest, into w: inout ByteWriter) throws {
+        switch request {
+        case .ping:
+            w.write(WireFormat.version)
+            w.write(UInt32(getpid()))
+        case .initialize(let passcode, let options):
+            try core.initialize(passcode: passcode, options: options)
+        case .unlock(let passcode):
+            try core.device().unlock(passcode: passcode)
+        case .lock(let immediately):
+            try core.device().lock(immediately: immediately)
+        case .changePasscode(let old, let new):
+            try core.device().changePasscode(old: old, new: new)
+        case .reset(let passcode):
+            try core.device().reset(newPasscode: passcode)
+        case .wipe:
+            try core.device().wipe()
+        case .metadataKey:
+            WireFormat.writeSecret(&w, try core.device().metadataKey(), lengthPrefixed: false)
+        case .classBPublicKey:
+            let key = try core.device().classBPublicKey()
+            guard key.keyID.count == Keybag.keyIDByteCount, key.publicKey.count == WireFormat.publicKeyBytes else {
+                throw DeviceError.integrity("class B public key")
+            }
+            w.write(key.keyID)
+            w.write(key.keyGeneration)
+            w.write(key.publicKey)
+        case .wrap(let fileKey, let cls):
+            try core.device().wrap(fileKey: fileKey, for: cls).encode(into: &w)
+        case .unwrap(let wrapped):
+            try writeFileKey(try core.device().unwrap(wrapped), into: &w)
+        case .rewrap(let wrapped, let newClass):
+            try core.device().rewrap(wrapped, to: newClass).encode(into: &w)
+        case .open(let objectID, let wrapped):
+            try writeFileKey(try core.device().open(objectID: objectID, wrapped: wrapped), into: &w)
+        case .registerOpen(let objectID, let fileKey, let cls):
+            try core.device().registerOpen(objectID: objectID, fileKey: fileKey, protectionClass: cls)
+        case .openFileKey(let objectID):
+            try writeFileKey(try core.device().openFileKey(objectID: objectID), into: &w)
+        case .close(let objectID):
+            try core.device().close(objectID: objectID)
+        case .status, .watch, .reboot:
+            preconditionFailure("handled by serve()")
+        }
+    }
+
+    private func writeFileKey(_ key: SecretBytes, into w: inout ByteWriter) throws {
+        guard key.count == WireFormat.fileKeyBytes else { throw DeviceError.integrity("file key") }
+        WireFormat.writeSecret(&w, key, lengthPrefixed: false)
+    }
+
+    /// Status as JSON, split over continuation frames if it outgrows one.
+    private func sendStatus() -> Bool {
+        let json: [UInt8]
+        do {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            json = Array(try encoder.encode(try core.device().status()))
+            guard !json.isEmpty, json.count <= WireFormat.maxStatusBytes else {
+                throw DeviceError.integrity("status too large")
+            }
+        } catch {
+            return send(WireFormat.encodeError(error))
+        }
+        let firstRoom = WireFormat.maxPayloadBytes - 5
+        var w = ByteWriter(capacity: min(json.count, firstRoom) + 5)
+        w.write(WireFormat.ResponseKind.ok.rawValue)
+        w.write(UInt32(json.count))
+        w.write(Array(json.prefix(firstRoom)))
+        guard send(w.bytes) else { return false }
+        var offset = min(json.count, firstRoom)
+        while offset < json.count {
+            let end = min(json.count, offset + WireFormat.maxPayloadBytes - 1)
+            guard send([WireFormat.ResponseKind.continuation.rawValue] + json[offset..<end]) else { return false }
+            offset = end
+        }
+        return true
+    }
+
+    // MARK: Watch
+
+    /// Streams protection events until the client closes, sends anything,
+    /// or the device shuts down.
+    private func watch() {
+        let stream: AsyncStream<ProtectionEvent>
+        do {
+            stream = try core.device().events()
+        } catch {
+            _ = send(WireFormat.encodeError(error))
+            return
+        }
+        guard send([WireFormat.ResponseKind.ok.rawValue]) else { return }
+        let finished = DispatchSemaphore(value: 0)
+        let pump = Task {
+            for await event in stream {
+                guard self.send([WireFormat.ResponseKind.event.rawValue, WireFormat.eventCode(event)]) else { break }
+            }
+            // Stream over (shutdown) or the peer is gone: wake the reader.
+            _ = shutdown(self.fd, Int32(SHUT_RDWR))
+            finished.signal()
+        }
+        // A watching client sends nothing more: any byte, end of stream or
+        // error ends the watch.
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        while poll(&pfd, 1, -1) < 0 && errno == EINTR {}
+        pump.cancel()
+        finished.wait()
+    }
+}

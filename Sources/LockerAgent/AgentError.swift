@@ -1,0 +1,20 @@
+/// Why talking to the agent failed, apart from the device's own answers
+/// (those arrive as the identical ``LockerDevice/DeviceError``).
+public enum AgentError: Error, Equatable, Sendable {
+    /// No agent answers for the device directory and none could be
+    /// started. The string says what went wrong (never a secret).
+    case unavailable(String)
+    /// The agent sent bytes that do not follow docs/agent-protocol.md.
+    case protocolViolation
+    /// The process at the other end of the socket runs as another user.
+    case peerRefused
+    /// No socket path short enough for `sun_path` could be made for this
+    /// device directory.
+    case socketPathTooLong(String)
+    /// An argument cannot be carried by the protocol (for example a file
+    /// key that is not 32 bytes, or an empty object ID).
+    case invalidArgument(String)
+    /// The agent failed with an error that has no wire encoding. The string
+    /// names the error's type only.
+    case remote(String)
+}

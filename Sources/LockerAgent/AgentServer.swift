@@ -1,0 +1,254 @@
+internal import CLockerSupport
+internal import Foundation
+internal import LockerCrypto
+internal import LockerDevice
+internal import LockerFormat
+internal import LockerIO
+internal import Synchronization
+#if canImport(Glibc)
+internal import Glibc
+#endif
+
+/// The agent: holds a booted ``Device`` in this process and serves it on
+/// the device directory's socket. See docs/agent-protocol.md.
+public enum AgentServer {
+    /// Concurrent connections beyond this are closed at once.
+    static let maxConnections = 256
+    /// Seconds a connection may stay silent, and the most a frame may take
+    /// to arrive once it has begun.
+    static let receiveSeconds = 10
+    static let sendSeconds = 10
+    /// How often grace expiry is applied.
+    static let tickMilliseconds = 100
+    /// How long a new agent waits for a departing one's lock (a reboot in
+    /// progress) before concluding another agent is running.
+    static let lockWaitSeconds = 2.0
+    /// Stack size of connection threads: with mlockall every stack page
+    /// touched stays in RAM.
+    static let threadStackBytes = 512 << 10
+
+    /// Runs the agent for `devicePath` in this process until `reboot` (then
+    /// exits 0). Never returns normally. Exits 0 at once if another agent
+    /// already serves the directory. Throws if the socket cannot be set up.
+    public static func run(devicePath: String) throws -> Never {
+        harden()
+        let paths = try AgentPaths(devicePath: devicePath)
+        _ = chdir("/")
+
+        let lockFD = open(paths.lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard lockFD >= 0 else { throw AgentError.unavailable("cannot open \(paths.lockPath): \(ErrnoCode(errno).message)") }
+        let lockDeadline = SocketIO.monotonicNow() + lockWaitSeconds
+        while flock(lockFD, LOCK_EX | LOCK_NB) != 0 {
+            let e = errno
+            guard e == EWOULDBLOCK || e == EINTR else {
+                throw AgentError.unavailable("cannot lock \(paths.lockPath): \(ErrnoCode(e).message)")
+            }
+            // Another agent serves this directory (or is just leaving).
+            if SocketIO.monotonicNow() > lockDeadline { _exit(0) }
+            SocketIO.sleep(milliseconds: 20)
+        }
+        // lockFD stays open, and so locked, until the process ends.
+
+        let fileSystem = FileSystem()
+        try? fileSystem.writeFileAtomically(paths.pidPath, Array("\(getpid())\n".utf8), mode: 0o600)
+
+        let core = AgentCore(directory: DeviceDirectory(path: paths.deviceDirectory), paths: paths)
+        core.boot()
+        let listener = try listen(on: paths.socketPath)
+        core.listener = listener
+
+        let ticker = Thread { core.tickForever() }
+        ticker.stackSize = 64 << 10
+        ticker.start()
+
+        acceptForever(listener, core: core)
+    }
+
+    /// Process hardening before any key exists here.
+    private static func harden() {
+        _ = locker_set_undumpable()
+        var noCore = rlimit(rlim_cur: 0, rlim_max: 0)
+        _ = setrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &noCore)
+        lockMemory()
+        _ = signal(SIGPIPE, SIG_IGN)
+        _ = umask(0o077)
+    }
+
+    /// mlockall, so no page of this process is swapped out. MCL_ONFAULT
+    /// (where the kernel has it) locks pages as they are touched rather
+    /// than populating every mapping (thread stacks) up front. Skipped
+    /// under a finite RLIMIT_MEMLOCK without the privilege to exceed it:
+    /// MCL_FUTURE would then turn a large allocation (scrypt) into a
+    /// failure. Failure is ignored: every secret is also mlock'ed by
+    /// SecretBytes.
+    private static func lockMemory() {
+        var limit = rlimit()
+        let memlock = __rlimit_resource_t(8)  // RLIMIT_MEMLOCK on Linux
+        if getrlimit(memlock, &limit) == 0, limit.rlim_cur != rlim_t.max, geteuid() != 0 { return }
+        if mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) != 0 {
+            _ = mlockall(MCL_CURRENT | MCL_FUTURE)
+        }
+    }
+
+    /// Binds the listening socket, mode 0600, replacing a stale socket.
+    private static func listen(on path: String) throws -> Int32 {
+        var st = stat()
+        if lstat(path, &st) == 0 {
+            // We hold the agent lock, so a socket here is a dead agent's.
+            guard st.st_mode & S_IFMT == S_IFSOCK else {
+                throw AgentError.unavailable("\(path) exists and is not a socket")
+            }
+            _ = unlink(path)
+        }
+        var address = try SocketIO.address(for: path)
+        let fd = SocketIO.makeSocket()
+        guard fd >= 0 else { throw AgentError.unavailable("socket: \(ErrnoCode(errno).message)") }
+        let previous = umask(0o177)
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        let bindErrno = errno
+        _ = umask(previous)
+        guard rc == 0 else { throw AgentError.unavailable("bind \(path): \(ErrnoCode(bindErrno).message)") }
+        _ = chmod(path, 0o600)
+        guard Glibc.listen(fd, 128) == 0 else { throw AgentError.unavailable("listen \(path): \(ErrnoCode(errno).message)") }
+        return fd
+    }
+
+    private static func acceptForever(_ listener: Int32, core: AgentCore) -> Never {
+        let ownUID = geteuid()
+        while true {
+            let fd = accept(listener, nil, nil)
+            if fd < 0 {
+                switch errno {
+                case EINTR, ECONNABORTED, EAGAIN:
+                    continue
+                case EMFILE, ENFILE, ENOBUFS, ENOMEM:
+                    SocketIO.sleep(milliseconds: 100)
+                    continue
+                default:
+                    // The listener is gone (reboot in progress): wait for
+                    // the exit.
+                    SocketIO.sleep(milliseconds: 100)
+                    continue
+                }
+            }
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            // The peer check comes before anything is read.
+            guard let peer = SocketIO.peerCredentials(fd), peer.uid == ownUID else {
+                _ = close(fd)
+                continue
+            }
+            guard core.admit() else {
+                _ = close(fd)
+                continue
+            }
+            SocketIO.setTimeouts(fd, receive: receiveSeconds, send: sendSeconds)
+            let thread = Thread {
+                AgentConnection(fd: fd, core: core).serve()
+                core.release()
+            }
+            thread.stackSize = threadStackBytes
+            thread.start()
+        }
+    }
+}
+
+/// The agent's shared state: the device (if any), the connection count,
+/// and the reboot path.
+final class AgentCore: @unchecked Sendable {
+    let directory: DeviceDirectory
+    let paths: AgentPaths
+    /// Set once before the first connection is accepted.
+    var listener: Int32 = -1
+
+    private struct Held {
+        var device: Device?
+        /// Why boot failed, if it did; answered to every request but
+        /// initialize, ping and reboot.
+        var bootError: (any Error)?
+    }
+    private let held = Mutex(Held())
+    private let connections = Mutex(0)
+    /// Serializes initialize and reboot.
+    private let lifecycle = NSLock()
+
+    init(directory: DeviceDirectory, paths: AgentPaths) {
+        self.directory = directory
+        self.paths = paths
+    }
+
+    func boot() {
+        guard directory.exists else { return }
+        do {
+            let device = try Device.boot(at: directory)
+            held.withLock { $0.device = device }
+        } catch {
+            held.withLock { $0.bootError = error }
+        }
+    }
+
+    /// The device, or the error every device request gets without one.
+    func device() throws -> Device {
+        let (device, error) = held.withLock { ($0.device, $0.bootError) }
+        if let device { return device }
+        throw error ?? DeviceError.notInitialized
+    }
+
+    func admit() -> Bool {
+        connections.withLock { count in
+            guard count < AgentServer.maxConnections else { return false }
+            count += 1
+            return true
+        }
+    }
+
+    func release() {
+        connections.withLock { $0 -= 1 }
+    }
+
+    func tickForever() -> Never {
+        while true {
+            SocketIO.sleep(milliseconds: AgentServer.tickMilliseconds)
+            if let device = held.withLock({ $0.device }) { device.tick() }
+        }
+    }
+
+    /// Creates the device. A live device (booted or created here) makes it
+    /// ``DeviceError/alreadyInitialized``; a wiped one is replaced.
+    func initialize(passcode: SecretBytes?, options: Device.Options) throws {
+        try lifecycle.withLock {
+            if let current = held.withLock({ $0.device }), current.state != .wiped {
+                throw DeviceError.alreadyInitialized
+            }
+            let device = try Device.initialize(at: directory, passcode: passcode, options: options)
+            let old = held.withLock { state -> Device? in
+                let old = state.device
+                state.device = device
+                state.bootError = nil
+                return old
+            }
+            old?.shutdown()
+        }
+    }
+
+    /// Stops listening, wipes every key, then runs `acknowledge` and ends
+    /// the process with status 0.
+    func reboot(acknowledge: () -> Void) -> Never {
+        lifecycle.lock()
+        // No new connection can reach this agent from here on.
+        _ = unlink(paths.socketPath)
+        if listener >= 0 { _ = shutdown(listener, Int32(SHUT_RDWR)) }
+        let device = held.withLock { state -> Device? in
+            let device = state.device
+            state.device = nil
+            return device
+        }
+        device?.shutdown()
+        _ = unlink(paths.pidPath)
+        acknowledge()
+        _exit(0)
+    }
+}

@@ -1,0 +1,564 @@
+import Foundation
+@testable import LockerAgent
+import LockerCrypto
+import LockerDevice
+import LockerFormat
+import LockerIO
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("Agent over its socket")
+struct AgentTests {
+    @Test("init, then status says unlocked")
+    func initThenStatus() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        #expect(throws: DeviceError.notInitialized) { try client.status() }
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        let status = try client.status()
+        #expect(status.state == .unlocked)
+        #expect(status.passcodeSet)
+        #expect(status.isProtectedDataAvailable)
+        #expect(throws: DeviceError.alreadyInitialized) {
+            try client.initialize(passcode: secret("1234"), options: fastOptions)
+        }
+        // Socket and lock files: private.
+        let (_, socketMode) = try FileSystem().ownerAndMode(try fixture.socketPath)
+        #expect(socketMode == 0o600)
+        #expect(try client.agentProcessID() == fixture.pidFromFile)
+    }
+
+    @Test("an agent with no device answers only init, status and reboot")
+    func emptyAgent() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        #expect(throws: DeviceError.notInitialized) { try client.status() }
+        #expect(throws: DeviceError.notInitialized) { try client.unlock(passcode: secret("1")) }
+        #expect(throws: DeviceError.notInitialized) { try client.metadataKey() }
+        #expect(throws: DeviceError.notInitialized) { try client.wrap(fileKey: SecretBytes(randomCount: 32), for: .none) }
+        #expect(throws: DeviceError.notInitialized) {
+            try client.wrap(fileKey: SecretBytes(randomCount: 32), for: .completeUnlessOpen)
+        }
+        #expect(throws: DeviceError.notInitialized) { try client.watch { _ in false } }
+        let pid = try client.agentProcessID()
+        try client.reboot()
+        #expect(waitUntilGone(pid))
+    }
+
+    @Test("lock --now evicts class A; unlock brings it back")
+    func lockAndUnlock() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        let fileKey = try SecretBytes(randomCount: 32)
+        let wrapped = try client.wrap(fileKey: fileKey, for: .complete)
+        try client.lock(immediately: true)
+        let status = try client.status()
+        #expect(status.state == .locked)
+        #expect(!status.isProtectedDataAvailable)
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) { try client.unwrap(wrapped) }
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) {
+            try client.wrap(fileKey: SecretBytes(randomCount: 32), for: .complete)
+        }
+        try client.unlock(passcode: secret("1234"))
+        #expect(try client.status().state == .unlocked)
+        #expect(try client.unwrap(wrapped) == fileKey)
+    }
+
+    @Test("a lock with grace keeps keys until the grace ends")
+    func graceThenLocked() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: Device.Options(graceSeconds: 1, passcodeCost: .fixed(logN: 10)))
+        let fileKey = try SecretBytes(randomCount: 32)
+        let wrapped = try client.wrap(fileKey: fileKey, for: .complete)
+        try client.lock(immediately: false)
+        #expect(try client.status().state == .locking)
+        #expect(try client.unwrap(wrapped) == fileKey)
+        Thread.sleep(forTimeInterval: 1.3)
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) { try client.unwrap(wrapped) }
+        #expect(try client.status().state == .locked)
+    }
+
+    @Test("a wrong passcode comes back as wrongPasscode with the count")
+    func wrongPasscode() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        try client.lock(immediately: true)
+        #expect(throws: DeviceError.wrongPasscode(failedAttempts: 1, nextAttemptAt: nil)) {
+            try client.unlock(passcode: secret("0000"))
+        }
+        #expect(throws: DeviceError.wrongPasscode(failedAttempts: 2, nextAttemptAt: nil)) {
+            try client.unlock(passcode: secret("1111"))
+        }
+        #expect(try client.status().failedAttempts == 2)
+        try client.unlock(passcode: secret("1234"))
+        #expect(try client.status().failedAttempts == 0)
+        #expect(throws: DeviceError.wrongPasscode(failedAttempts: 1, nextAttemptAt: nil)) {
+            try client.changePasscode(old: secret("9999"), new: secret("5678"))
+        }
+        try client.changePasscode(old: secret("1234"), new: secret("5678"))
+        try client.lock(immediately: true)
+        try client.unlock(passcode: secret("5678"))
+    }
+
+    @Test("wrap, unwrap and rewrap round-trip in every class", arguments: ProtectionClass.allCases)
+    func roundTrip(_ cls: ProtectionClass) throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        let fileKey = try SecretBytes(randomCount: 32)
+        let wrapped = try client.wrap(fileKey: fileKey, for: cls)
+        #expect(wrapped.protectionClass == cls)
+        #expect(wrapped.blob.count == WrappedFileKey.blobByteCount(for: cls))
+        #expect(try client.unwrap(wrapped) == fileKey)
+        let other: ProtectionClass = cls == .none ? .complete : .none
+        let rewrapped = try client.rewrap(wrapped, to: other)
+        #expect(rewrapped.protectionClass == other)
+        #expect(try client.unwrap(rewrapped) == fileKey)
+        // A damaged wrap: the device's own integrity error, string and all.
+        var damaged = wrapped
+        damaged.blob[5] ^= 1
+        #expect(throws: DeviceError.integrity("wrapped key")) { try client.unwrap(damaged) }
+        #expect(try client.metadataKey() == client.metadataKey())
+    }
+
+    @Test("open, openFileKey and close; open keys across a lock")
+    func openObjects() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        let keyA = try SecretBytes(randomCount: 32)
+        let keyB = try SecretBytes(randomCount: 32)
+        let wrappedA = try client.wrap(fileKey: keyA, for: .complete)
+        let wrappedB = try client.wrap(fileKey: keyB, for: .completeUnlessOpen)
+        #expect(try client.open(objectID: "obj-a", wrapped: wrappedA) == keyA)
+        #expect(try client.open(objectID: "obj-b", wrapped: wrappedB) == keyB)
+        #expect(try client.openFileKey(objectID: "obj-a") == keyA)
+        #expect(try client.status().openObjects.map(\.id) == ["obj-a", "obj-b"])
+
+        try client.lock(immediately: true)
+        // B stays readable through its open handle; A is gone with grace.
+        #expect(try client.openFileKey(objectID: "obj-b") == keyB)
+        #expect(throws: DeviceError.notOpen) { try client.openFileKey(objectID: "obj-a") }
+        #expect(throws: DeviceError.protectedDataUnavailable(.completeUnlessOpen)) { try client.unwrap(wrappedB) }
+
+        try client.close(objectID: "obj-b")
+        #expect(throws: DeviceError.notOpen) { try client.openFileKey(objectID: "obj-b") }
+        #expect(try client.status().openObjects.isEmpty)
+        #expect(throws: AgentError.invalidArgument("object ID must be 1 to 1024 bytes of UTF-8")) {
+            try client.close(objectID: "")
+        }
+    }
+
+    @Test("class B objects are created while locked, and read only after unlock")
+    func classBWhileLocked() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        try client.lock(immediately: true)
+        let fileKey = try SecretBytes(randomCount: 32)
+        let wrapped = try client.wrap(fileKey: fileKey, for: .completeUnlessOpen)
+        let publicKey = try client.classBPublicKey()
+        #expect(wrapped.keyID == publicKey.keyID)
+        #expect(wrapped.keyGeneration == publicKey.keyGeneration)
+        #expect(throws: DeviceError.protectedDataUnavailable(.completeUnlessOpen)) { try client.unwrap(wrapped) }
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) {
+            try client.wrap(fileKey: SecretBytes(randomCount: 32), for: .complete)
+        }
+        // Created through an open handle: readable until close.
+        try client.registerOpen(objectID: "new-b", fileKey: fileKey, protectionClass: .completeUnlessOpen)
+        #expect(try client.openFileKey(objectID: "new-b") == fileKey)
+        try client.close(objectID: "new-b")
+        #expect(throws: DeviceError.protectedDataUnavailable(.completeUnlessOpen)) {
+            try client.open(objectID: "new-b", wrapped: wrapped)
+        }
+        try client.unlock(passcode: secret("1234"))
+        #expect(try client.unwrap(wrapped) == fileKey)
+    }
+
+    @Test("wipe, then init replaces the wiped device")
+    func wipeAndReinitialize() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: nil, options: fastOptions)
+        let wrapped = try client.wrap(fileKey: SecretBytes(randomCount: 32), for: .none)
+        try client.wipe()
+        #expect(try client.status().state == .wiped)
+        #expect(throws: DeviceError.wiped) { try client.unwrap(wrapped) }
+        #expect(throws: DeviceError.wiped) { try client.classBPublicKey() }
+        #expect(throws: DeviceError.wiped) { try client.wrap(fileKey: SecretBytes(randomCount: 32), for: .completeUnlessOpen) }
+        #expect(throws: DeviceError.wiped) { try client.unlock(passcode: secret("x")) }
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        #expect(try client.status().state == .unlocked)
+    }
+
+    @Test("reboot ends the agent; the next request starts a new one before first unlock")
+    func reboot() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        let keyC = try SecretBytes(randomCount: 32)
+        let wrappedC = try client.wrap(fileKey: keyC, for: .completeUntilFirstUserAuthentication)
+        let keyD = try SecretBytes(randomCount: 32)
+        let wrappedD = try client.wrap(fileKey: keyD, for: .none)
+        let first = try client.agentProcessID()
+        try client.reboot()
+        #expect(waitUntilGone(first))
+        #expect(!FileManager.default.fileExists(atPath: try fixture.socketPath))
+
+        // The same client starts the next agent.
+        let status = try client.status()
+        #expect(status.state == .beforeFirstUnlock)
+        let second = try client.agentProcessID()
+        #expect(second != first)
+        #expect(throws: DeviceError.protectedDataUnavailable(.completeUntilFirstUserAuthentication)) {
+            try client.unwrap(wrappedC)
+        }
+        #expect(try client.unwrap(wrappedD) == keyD)
+        try client.unlock(passcode: secret("1234"))
+        #expect(try client.unwrap(wrappedC) == keyC)
+
+        // And a new client after another reboot.
+        try client.reboot()
+        #expect(waitUntilGone(second))
+        let fresh = try fixture.client()
+        #expect(try fresh.status().state == .beforeFirstUnlock)
+        #expect(try fresh.agentProcessID() != second)
+    }
+
+    @Test("without a passcode the device boots unlocked")
+    func rebootWithoutPasscode() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: nil, options: fastOptions)
+        try client.reboot()
+        let status = try fixture.client().status()
+        #expect(status.state == .unlocked)
+        #expect(!status.passcodeSet)
+    }
+
+    @Test("a killed agent leaves a stale socket; the next client starts a fresh one")
+    func killedAgent() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        let first = try client.agentProcessID()
+        #expect(kill(first, SIGKILL) == 0)
+        #expect(waitUntilGone(first))
+        #expect(FileManager.default.fileExists(atPath: try fixture.socketPath))
+        #expect(throws: AgentError.self) { try fixture.passiveClient() }
+
+        let next = try fixture.client()
+        #expect(try next.status().state == .beforeFirstUnlock)
+        #expect(try next.agentProcessID() != first)
+        #expect(agentProcesses(serving: fixture.device).count == 1)
+    }
+
+    @Test("another user gets nothing from the agent, which stays up",
+          .enabled(if: geteuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")
+              && FileManager.default.isExecutableFile(atPath: "/usr/bin/perl")))
+    func otherUserRefused() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        let pid = try client.agentProcessID()
+        let socketPath = try fixture.socketPath
+
+        // A peer of our own uid gets an answer (the probe works).
+        let own = try run("/usr/bin/perl", ["-e", probeScript, socketPath])
+        #expect(own.output.contains("RECEIVED ") && !own.output.contains("RECEIVED 0\n"), "\(own.output)")
+
+        // As nobody, with the directory and socket private: no connection.
+        let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/perl", "-e", probeScript, socketPath]
+        let blocked = try run("/usr/bin/setpriv", asNobody)
+        #expect(blocked.output.hasPrefix("CONNECT-FAILED"), "\(blocked.output)")
+
+        // With the socket opened to everyone, the agent's SO_PEERCRED check
+        // still closes the connection before reading a byte.
+        chmod(fixture.root, 0o755)
+        chmod(fixture.device, 0o755)
+        chmod(socketPath, 0o666)
+        defer {
+            chmod(socketPath, 0o600)
+            chmod(fixture.device, 0o700)
+            chmod(fixture.root, 0o700)
+        }
+        let refused = try run("/usr/bin/setpriv", asNobody)
+        #expect(!refused.output.contains("CONNECT-FAILED"), "\(refused.output)")
+        #expect(!refused.output.contains("TIMEOUT"), "\(refused.output)")
+        #expect(refused.output.contains("RECEIVED 0\n"), "\(refused.output)")
+
+        #expect(isAlive(pid))
+        #expect(try client.status().state == .unlocked)
+        #expect(try client.agentProcessID() == pid)
+    }
+
+    /// Connects, sends a well-formed status request, prints how many bytes
+    /// came back before the agent closed.
+    private let probeScript = """
+        use strict; use Socket; use IO::Socket::UNIX;
+        $SIG{PIPE} = 'IGNORE';
+        my $s = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Peer => $ARGV[0]);
+        if (!$s) { print "CONNECT-FAILED " . ($! + 0) . "\\n"; exit 0; }
+        $SIG{ALRM} = sub { print "TIMEOUT\\n"; exit 0; };
+        alarm 5;
+        syswrite($s, pack("N", 1) . chr(2));
+        shutdown($s, 1);
+        my ($total, $buffer) = (0, "");
+        while (1) {
+            my $n = sysread($s, $buffer, 4096);
+            if (!defined $n) { print "READ-ERROR " . ($! + 0) . "\\n"; last; }
+            last if $n == 0;
+            $total += $n;
+        }
+        print "RECEIVED $total\\n";
+        """
+
+    @Test("malformed frames close only their own connection")
+    func malformedFrames() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        let pid = try client.agentProcessID()
+        let socketPath = try fixture.socketPath
+
+        let bad: [(String, [UInt8])] = [
+            ("garbage", Array("this is not a frame at all\r\n\r\n".utf8)),
+            ("length 0xFFFFFFFF", [0xFF, 0xFF, 0xFF, 0xFF, 0x01, 0x02]),
+            ("length over 64 KiB", [0x00, 0x01, 0x00, 0x01, 0x02]),
+            ("length 0", [0x00, 0x00, 0x00, 0x00]),
+            ("truncated frame", [0x00, 0x00, 0x00, 0x64] + [UInt8](repeating: 0x02, count: 10)),
+            ("truncated header", [0x00, 0x00]),
+            ("unknown opcode", frame([0xEE])),
+            ("trailing bytes", frame([0x02, 0x00])),
+            ("passcode too long", frame([0x04, 0xFF, 0xFF, 0x00])),
+            ("bad class", frame([0x0B, 0x09] + [UInt8](repeating: 0, count: 32))),
+            ("bad bool", frame([0x05, 0x02])),
+            ("object ID not UTF-8", frame([0x11, 0x00, 0x02, 0xC3, 0x28])),
+            ("empty object ID", frame([0x11, 0x00, 0x00])),
+            ("short wrapped key", frame([0x0C, 0x01] + [UInt8](repeating: 0, count: 30))),
+            ("logN out of range", frame([0x03, 0x00, 0, 0, 0, 10, 0, 3, 2, 0, 0, 0, 40])),
+        ]
+        for (name, bytes) in bad {
+            let outcome = try rawExchange(socketPath, bytes)
+            #expect(outcome.received.isEmpty, "\(name): got \(outcome.received.count) bytes")
+            #expect(!outcome.timedOut, "\(name): the agent did not close the connection")
+        }
+        // A good request, then a bad one, on one connection: the answer to
+        // the first, then the close.
+        let mixed = try rawExchange(socketPath, frame([0x01]) + frame([0xEE]))
+        #expect(mixed.received.count == 4 + 1 + 2 + 4)
+        #expect(!mixed.timedOut)
+
+        #expect(isAlive(pid))
+        #expect(try client.agentProcessID() == pid)
+        #expect(try client.status().state == .unlocked)
+    }
+
+    @Test("silent, slow and excess connections cannot pin the agent")
+    func slowAndExcessConnections() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        let socketPath = try fixture.socketPath
+
+        // A frame that never completes.
+        let slow = try rawConnect(socketPath)
+        defer { close(slow) }
+        var timeout = timeval(tv_sec: 15, tv_usec: 0)
+        setsockopt(slow, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let slowStart = Date()
+        sendRaw(slow, [0x00, 0x00, 0x00, 0x0A, 0x02, 0x02])
+
+        // Fill the agent up to its connection cap; the next one is closed
+        // at once.
+        var idle: [Int32] = []
+        defer { for fd in idle { close(fd) } }
+        for _ in 1..<AgentServer.maxConnections { idle.append(try rawConnect(socketPath)) }
+        let excess = try rawConnect(socketPath)
+        sendRaw(excess, frame([0x01]))
+        let refused = readToEnd(excess)
+        close(excess)
+        #expect(refused.received.isEmpty && !refused.timedOut)
+
+        // Once they go, the agent serves again (while `slow` still waits).
+        for fd in idle { close(fd) }
+        idle.removeAll()
+        var served = false
+        for _ in 0..<100 where !served {
+            served = (try? client.status().state) == .unlocked
+            if !served { usleep(20_000) }
+        }
+        #expect(served)
+
+        // The incomplete frame is dropped after the receive timeout.
+        let outcome = readToEnd(slow)
+        let waited = Date().timeIntervalSince(slowStart)
+        #expect(outcome.received.isEmpty && !outcome.timedOut)
+        #expect(waited > Double(AgentServer.receiveSeconds) - 1 && waited < Double(AgentServer.receiveSeconds) + 3,
+                "closed after \(waited) s")
+    }
+
+    @Test("two clients racing to start the agent end with one agent")
+    func racingStarters() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let outputs = Box<[String]>([])
+        let group = DispatchGroup()
+        for _ in 0..<2 {
+            group.enter()
+            Thread {
+                let result = (try? run(AgentFixture.hostPath, ["--client", fixture.device]))
+                outputs.update { $0.append(result.map { "\($0.status) \($0.output)" } ?? "spawn failed") }
+                group.leave()
+            }.start()
+        }
+        #expect(group.wait(timeout: .now() + 20) == .success)
+        let lines = outputs.value.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        #expect(lines.count == 2)
+        let pids = Set(lines.compactMap { line -> Int32? in
+            let fields = line.split(separator: " ")
+            guard fields.count == 3, fields[0] == "0", fields[2] == "notInitialized" else { return nil }
+            return Int32(fields[1])
+        })
+        #expect(pids.count == 1, "\(lines)")
+        #expect(pids.first == fixture.pidFromFile)
+        #expect(agentProcesses(serving: fixture.device) == Array(pids))
+    }
+
+    @Test("watch streams lock and unlock events, and ends with the agent")
+    func watch() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+
+        let events = Box<[ProtectionEvent]>([])
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            try? client.watch { event in
+                events.update { $0.append(event) }
+                return Set(events.value).count < 2
+            }
+            done.signal()
+        }.start()
+        // The watch may register after the first cycle: repeat until seen.
+        for _ in 0..<50 where Set(events.value).count < 2 {
+            try client.lock(immediately: true)
+            try client.unlock(passcode: secret("1234"))
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(done.wait(timeout: .now() + 5) == .success)
+        #expect(Set(events.value) == [.protectedDataWillBecomeUnavailable, .protectedDataDidBecomeAvailable])
+
+        // A watch ends when the agent goes away.
+        let ended = DispatchSemaphore(value: 0)
+        let watcher = try fixture.passiveClient()
+        Thread {
+            try? watcher.watch { _ in true }
+            ended.signal()
+        }.start()
+        Thread.sleep(forTimeInterval: 0.3)
+        try client.reboot()
+        #expect(ended.wait(timeout: .now() + 5) == .success)
+    }
+
+    @Test("a device path too long for sun_path gets its socket under /tmp/locker-<uid>")
+    func longDevicePath() throws {
+        let fixture = try AgentFixture(deviceName: String(repeating: "long-device-name-", count: 7))
+        defer { fixture.tearDown() }
+        let paths = try AgentPaths(devicePath: fixture.device)
+        #expect(paths.socketPath.hasPrefix("/tmp/locker-\(geteuid())/"))
+        #expect(paths.socketPath.hasSuffix(".sock"))
+        #expect(paths.socketPath.utf8.count <= 107)
+        let digest = try Digest.hash(.sha256, Array(paths.deviceDirectory.utf8))
+        let hex = digest.prefix(16).map { String(format: "%02x", $0) }.joined()
+        #expect(paths.socketPath == "/tmp/locker-\(geteuid())/\(hex).sock")
+        let (owner, mode) = try FileSystem().ownerAndMode("/tmp/locker-\(geteuid())")
+        #expect(owner == geteuid() && mode == 0o700)
+
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        #expect(try client.status().state == .unlocked)
+        try client.reboot()
+        #expect(!FileManager.default.fileExists(atPath: paths.socketPath))
+    }
+}
+
+@Suite("Agent wire format")
+struct AgentWireFormatTests {
+    static let errors: [any Error & Equatable] = [
+        DeviceError.notInitialized, DeviceError.alreadyInitialized, DeviceError.wiped,
+        DeviceError.protectedDataUnavailable(.completeUnlessOpen), DeviceError.keyReset(.complete),
+        DeviceError.wrongPasscode(failedAttempts: 3, nextAttemptAt: nil),
+        DeviceError.wrongPasscode(failedAttempts: 6, nextAttemptAt: 1_700_000_300.5),
+        DeviceError.lockedOut(failedAttempts: 9, until: 1_700_003_600),
+        DeviceError.noPasscode, DeviceError.integrity("keybag entry B"), DeviceError.rollback, DeviceError.notOpen,
+        DeviceError.io(IOError("rename", path: "/tmp/x/keybag", errno: ENOSPC)),
+        CryptoError.authenticationFailure, CryptoError.internalFailure, CryptoError.invalidParameter,
+        FormatError.truncated, FormatError.unsupportedVersion(7), FormatError.invalidField("grace"),
+        FormatError.trailingBytes,
+    ]
+
+    @Test("every error survives the wire unchanged")
+    func errorsRoundTrip() throws {
+        for error in Self.errors {
+            let bytes = WireFormat.encodeError(error)
+            #expect(bytes.first == WireFormat.ResponseKind.error.rawValue)
+            var r = ByteReader(bytes, offset: 1)
+            let decoded = try WireFormat.decodeError(&r)
+            #expect(Self.same(error, decoded), "\(error) came back as \(decoded)")
+        }
+        struct Unlisted: Error {}
+        var r = ByteReader(WireFormat.encodeError(Unlisted()), offset: 1)
+        #expect(try WireFormat.decodeError(&r) as? AgentError == .remote("Unlisted"))
+    }
+
+    private static func same(_ a: any Error & Equatable, _ b: any Error) -> Bool {
+        func check<E: Error & Equatable>(_ a: E) -> Bool { (b as? E) == a }
+        return check(a)
+    }
+
+    @Test("requests decode to what was encoded, and reject trailing bytes")
+    func requestRoundTrip() throws {
+        let key = try SecretBytes(randomCount: 32)
+        let payload = AgentRequest.registerOpen(objectID: "é-object", fileKey: key, protectionClass: .complete).encoded()
+        guard case .registerOpen(let id, let decodedKey, let cls) = try AgentRequest.decode(payload) else {
+            Issue.record("wrong request")
+            return
+        }
+        #expect(id == "é-object" && decodedKey == key && cls == .complete)
+        #expect(throws: (any Error).self) { try AgentRequest.decode(payload + [0]) }
+        #expect(throws: (any Error).self) { try AgentRequest.decode(Array(payload.dropLast())) }
+
+        let options = Device.Options(graceSeconds: 30, eraseAfter: 10, defaultClass: .none, passcodeCost: .fixed(logN: 12))
+        guard case .initialize(let passcode, let decoded) = try AgentRequest.decode(
+            AgentRequest.initialize(passcode: secret("pin"), options: options).encoded())
+        else {
+            Issue.record("wrong request")
+            return
+        }
+        #expect(passcode == secret("pin"))
+        #expect(decoded.graceSeconds == 30 && decoded.eraseAfter == 10 && decoded.defaultClass == .none)
+        #expect(decoded.passcodeCost == .fixed(logN: 12))
+    }
+}
