@@ -49,7 +49,7 @@ let package = Package(
         .executableTarget(
             name: "locker",
             dependencies: [
-                "LockerCrypto", "LockerFormat",
+                "LockerCrypto", "LockerFormat", "LockerIO", "LockerDevice", "LockerAgent",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -1,0 +1,334 @@
+import ArgumentParser
+import Foundation
+import LockerAgent
+import LockerCrypto
+import LockerDevice
+import LockerFormat
+
+/// A protection class as typed on the command line: a canonical name, a
+/// letter A–D, or `untilFirstAuth`.
+struct ClassArgument: ExpressibleByArgument {
+    let value: ProtectionClass
+
+    init(_ value: ProtectionClass) { self.value = value }
+
+    init?(argument: String) {
+        guard let value = ProtectionClass(name: argument) else { return nil }
+        self.value = value
+    }
+
+    var defaultValueDescription: String { value.canonicalName }
+    static var allValueStrings: [String] { ProtectionClass.allCases.map(\.canonicalName) }
+}
+
+struct Init: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Create the device and its keybag, and leave it unlocked.",
+        discussion: "Asks for a new passcode on the terminal (twice), or reads one line with --passcode-stdin.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: JSONOption
+
+    @Flag(help: "Create a device without a passcode: locking then changes nothing for data.")
+    var noPasscode = false
+
+    @Flag(help: "Read the passcode as one line from standard input.")
+    var passcodeStdin = false
+
+    @Option(help: ArgumentHelp("Seconds class A and B keys stay after a lock (0 to 86400).", valueName: "SECONDS"))
+    var grace: UInt32 = 10
+
+    @Option(help: ArgumentHelp("The class new objects get when nothing else decides: a canonical name, A–D or untilFirstAuth.", valueName: "CLASS"))
+    var defaultClass = ClassArgument(.completeUntilFirstUserAuthentication)
+
+    @Option(help: ArgumentHelp("Erase the device after N failed passcode attempts (1 to 100).", valueName: "N"))
+    var eraseAfter: UInt8?
+
+    func validate() throws {
+        if noPasscode && passcodeStdin { throw ValidationError("--no-passcode and --passcode-stdin exclude each other") }
+        if grace > 86_400 { throw ValidationError("--grace must be between 0 and 86400 seconds") }
+        if let eraseAfter, !(1...100).contains(eraseAfter) { throw ValidationError("--erase-after must be between 1 and 100") }
+        if noPasscode && eraseAfter != nil { throw ValidationError("--erase-after needs a passcode") }
+    }
+
+    func run() throws {
+        let client = try global.client()
+        let passcode = noPasscode ? nil : try PasscodeInput(fromStandardInput: passcodeStdin)
+            .read(prompt: "New passcode: ", confirm: true)
+        try client.initialize(passcode: passcode, options: Device.Options(
+            graceSeconds: grace, eraseAfter: eraseAfter ?? 0, defaultClass: defaultClass.value,
+            passcodeCost: .calibrated(milliseconds: 100)))
+        try FileManager.default.createDirectory(atPath: global.storePath, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let status = try client.status()
+        if output.json {
+            try printJSON(StatusReport(status, devicePath: global.devicePath, storePath: global.storePath))
+        } else {
+            print("Initialized device at \(global.devicePath)")
+            print("Store: \(global.storePath)")
+            print(noPasscode ? "No passcode: locking changes nothing for data." : "Passcode set; grace period \(grace) s.")
+            print("Default class: \(defaultClass.value.canonicalName)")
+            print("State: \(status.state.rawValue)")
+        }
+    }
+}
+
+struct Unlock: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Unlock the device with its passcode.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: JSONOption
+
+    @Flag(help: "Read the passcode as one line from standard input.")
+    var passcodeStdin = false
+
+    func run() throws {
+        let client = try global.client()
+        let before = try client.status()
+        if before.state == .wiped { throw DeviceError.wiped }
+        if before.passcodeSet {
+            let passcode = try PasscodeInput(fromStandardInput: passcodeStdin).read(prompt: "Passcode: ")
+            try client.unlock(passcode: passcode)
+        }
+        let status = try client.status()
+        if output.json {
+            try printJSON(StatusReport(status, devicePath: global.devicePath, storePath: global.storePath))
+        } else if before.passcodeSet {
+            print("Unlocked. Readable: \(status.readableClasses.joined(separator: ", ")).")
+        } else {
+            print("This device has no passcode; its data is always available.")
+        }
+    }
+}
+
+struct Lock: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Lock the device. Class A and B keys go when the grace period ends.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: JSONOption
+
+    @Flag(help: "Skip the grace period: evict class A and B keys at once.")
+    var now = false
+
+    func run() throws {
+        let client = try global.client()
+        try client.lock(immediately: now)
+        let status = try client.status()
+        if output.json {
+            try printJSON(StatusReport(status, devicePath: global.devicePath, storePath: global.storePath))
+            return
+        }
+        if !status.passcodeSet {
+            print("Locked. This device has no passcode, so locking changes nothing for data.")
+        } else if let grace = status.graceRemaining {
+            print("Locking: class complete and completeUnlessOpen keys are discarded in \(Int(grace.rounded(.up))) s.")
+        } else {
+            print("Locked. Readable: \(status.readableClasses.joined(separator: ", ")).")
+        }
+        if !status.openObjects.isEmpty {
+            print("Still open:")
+            for object in status.openObjects { print("  \(object.id)  \(object.protection)") }
+        }
+    }
+}
+
+struct Reboot: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Restart the device: every key in memory is wiped; it comes back before first unlock.")
+
+    @OptionGroup var global: GlobalOptions
+
+    func run() throws {
+        let client = try global.client()
+        try client.reboot()
+        print("Rebooted. Every key in memory was wiped.")
+    }
+}
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show the device state and which classes are usable.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: JSONOption
+
+    func run() throws {
+        let client = try global.client()
+        let status = try client.status()
+        let report = StatusReport(status, devicePath: global.devicePath, storePath: global.storePath)
+        if output.json {
+            try printJSON(report)
+            return
+        }
+        print("Device:            \(report.device)")
+        print("State:             \(report.state)")
+        if !report.passcodeSet {
+            print("Passcode:          none (locking changes nothing for data)")
+        } else {
+            print("Passcode:          set")
+        }
+        print("Readable classes:  \(report.readableClasses.isEmpty ? "none" : report.readableClasses.joined(separator: ", "))")
+        print("Creatable classes: \(report.creatableClasses.isEmpty ? "none" : report.creatableClasses.joined(separator: ", "))")
+        if let grace = report.graceRemainingSeconds { print("Grace left:        \(String(format: "%.1f", grace)) s") }
+        print("Failed attempts:   \(report.failedAttempts)")
+        if let next = report.nextAttemptAllowedAt { print("Next attempt at:   \(next)") }
+        if let erase = report.eraseAfter { print("Erase after:       \(erase) failed attempts") }
+        print("Default class:     \(report.defaultClass)")
+        print("Key generation:    \(report.keyGeneration)")
+        print("Open objects:      \(report.openObjects.isEmpty ? "none" : "")")
+        for object in report.openObjects { print("  \(object.id)  \(object.protection)") }
+    }
+}
+
+/// What `status --json` prints.
+struct StatusReport: Encodable {
+    var device: String
+    var store: String
+    var state: String
+    var passcodeSet: Bool
+    var isProtectedDataAvailable: Bool
+    var readableClasses: [String]
+    var creatableClasses: [String]
+    var graceSeconds: Int
+    var graceRemainingSeconds: Double?
+    var failedAttempts: Int
+    var nextAttemptAllowedAt: String?
+    var eraseAfter: Int?
+    var defaultClass: String
+    var keyGeneration: Int
+    var openObjects: [DeviceStatus.OpenObject]
+
+    init(_ status: DeviceStatus, devicePath: String, storePath: String) {
+        device = devicePath
+        store = storePath
+        state = status.state.rawValue
+        passcodeSet = status.passcodeSet
+        isProtectedDataAvailable = status.isProtectedDataAvailable
+        readableClasses = status.readableClasses
+        creatableClasses = status.creatableClasses
+        graceSeconds = status.graceSeconds
+        graceRemainingSeconds = status.graceRemaining
+        failedAttempts = status.failedAttempts
+        nextAttemptAllowedAt = status.nextAttemptAllowedAt.map(timestamp)
+        eraseAfter = status.eraseAfter
+        defaultClass = status.defaultClass
+        keyGeneration = status.keyGeneration
+        openObjects = status.openObjects
+    }
+
+    // Optional fields are written as null rather than left out, so that
+    // scripts can rely on every key being present.
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(device, forKey: .device)
+        try c.encode(store, forKey: .store)
+        try c.encode(state, forKey: .state)
+        try c.encode(passcodeSet, forKey: .passcodeSet)
+        try c.encode(isProtectedDataAvailable, forKey: .isProtectedDataAvailable)
+        try c.encode(readableClasses, forKey: .readableClasses)
+        try c.encode(creatableClasses, forKey: .creatableClasses)
+        try c.encode(graceSeconds, forKey: .graceSeconds)
+        try c.encode(graceRemainingSeconds, forKey: .graceRemainingSeconds)
+        try c.encode(failedAttempts, forKey: .failedAttempts)
+        try c.encode(nextAttemptAllowedAt, forKey: .nextAttemptAllowedAt)
+        try c.encode(eraseAfter, forKey: .eraseAfter)
+        try c.encode(defaultClass, forKey: .defaultClass)
+        try c.encode(keyGeneration, forKey: .keyGeneration)
+        try c.encode(openObjects, forKey: .openObjects)
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case device, store, state, passcodeSet, isProtectedDataAvailable, readableClasses, creatableClasses
+        case graceSeconds, graceRemainingSeconds, failedAttempts, nextAttemptAllowedAt, eraseAfter
+        case defaultClass, keyGeneration, openObjects
+    }
+}
+
+struct Passwd: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Change the passcode. Rewraps the class keys only; no object is rewritten.",
+        discussion: "Prompts for the current and the new passcode on a terminal; otherwise reads them as two lines on standard input.")
+
+    @OptionGroup var global: GlobalOptions
+
+    func run() throws {
+        let client = try global.client()
+        let input = PasscodeInput(fromStandardInput: false)
+        let old = try input.read(prompt: "Current passcode: ")
+        let new = try input.read(prompt: "New passcode: ", confirm: true)
+        try client.changePasscode(old: old, new: new)
+        print("Passcode changed.")
+    }
+}
+
+struct Reset: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "For a forgotten passcode: new class A, B and C keys under a new passcode. Class D survives.",
+        discussion: "Objects of classes A, B and C made before the reset can never be read again; they fail with exit code 69 until purged. Prompts for the new passcode on a terminal (twice), otherwise reads one line from standard input.")
+
+    @OptionGroup var global: GlobalOptions
+
+    func run() throws {
+        let client = try global.client()
+        let passcode = try PasscodeInput(fromStandardInput: false).read(prompt: "New passcode: ", confirm: true)
+        try client.reset(newPasscode: passcode)
+        let status = try client.status()
+        print("Reset: class keys are now generation \(status.keyGeneration). Older class A, B and C objects are unreadable.")
+    }
+}
+
+struct Wipe: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Crypto-erase the device: destroy the effaceable key and the keybag. Nothing can be decrypted afterwards.")
+
+    @OptionGroup var global: GlobalOptions
+
+    @Flag(help: "Confirm that every object on this device becomes unreadable.")
+    var yes = false
+
+    func validate() throws {
+        guard yes else {
+            throw ValidationError("wipe destroys every key for good; pass --yes to confirm")
+        }
+    }
+
+    func run() throws {
+        let client = try global.client()
+        try client.wipe()
+        print("Wiped. Nothing stored under this device can be decrypted again.")
+    }
+}
+
+struct Watch: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print protection events as they happen, until interrupted.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: JSONOption
+
+    func run() throws {
+        let client = try global.client()
+        try client.watch { event in
+            let now = timestamp(Date().timeIntervalSince1970)
+            if output.json {
+                print("{\"event\":\"\(event.rawValue)\",\"time\":\"\(now)\"}")
+            } else {
+                print("\(now) \(event.rawValue)")
+            }
+            fflush(nil)
+            return true
+        }
+    }
+}
+
+struct AgentCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "agent",
+        abstract: "Run the key agent for a device in the foreground.",
+        discussion: "Commands start the agent on their own when none answers; running it by hand is rarely needed. It holds the class keys in memory until 'locker reboot'.")
+
+    @OptionGroup var global: GlobalOptions
+
+    func run() throws {
+        try AgentServer.run(devicePath: global.devicePath)
+    }
+}

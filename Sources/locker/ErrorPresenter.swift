@@ -1,0 +1,134 @@
+import ArgumentParser
+import Foundation
+import LockerAgent
+import LockerCrypto
+import LockerDevice
+import LockerFormat
+import LockerIO
+
+/// The exit codes, from sysexits(3) where one fits.
+enum ExitStatus: Int32 {
+    case ok = 0
+    case failure = 1
+    case usage = 64
+    case integrity = 65
+    case notFound = 66
+    case keyReset = 69
+    case alreadyExists = 73
+    case protectedDataUnavailable = 75
+    case passcode = 77
+
+    static let helpText = """
+        Exit codes:
+          0   ok
+          1   other failure
+          64  usage error
+          65  integrity failure: stored bytes failed authentication
+          66  not found
+          69  key reset: the object's class key was replaced by 'locker reset'
+          73  already exists
+          75  protected data unavailable: unlock, then try again
+          77  wrong passcode, or locked out after failed attempts
+        """
+}
+
+/// A refusal the CLI itself decides, with its exit status.
+struct CommandFailure: Error {
+    var status: ExitStatus
+    var message: String
+    var hint: String?
+
+    init(_ status: ExitStatus, _ message: String, hint: String? = nil) {
+        self.status = status
+        self.message = message
+        self.hint = hint
+    }
+}
+
+/// Turns every error into `locker: error:` and `locker: hint:` lines and
+/// an exit code. The only place that does.
+enum ErrorPresenter {
+    static func present(_ error: any Error) -> Int32 {
+        let (status, message, hint) = describe(error)
+        if status == .ok {
+            // --help and --version arrive as errors; they are output.
+            print(message)
+            return 0
+        }
+        var lines = "locker: error: \(message)\n"
+        if let hint { lines += "locker: hint: \(hint)\n" }
+        FileHandle.standardError.write(Data(lines.utf8))
+        return status.rawValue
+    }
+
+    static func describe(_ error: any Error) -> (ExitStatus, String, String?) {
+        switch error {
+        case let failure as CommandFailure:
+            return (failure.status, failure.message, failure.hint)
+        case let error as DeviceError:
+            return describe(error)
+        case let error as AgentError:
+            return describe(error)
+        case let error as IOError:
+            return (.failure, error.description, nil)
+        case is CryptoError, is FormatError:
+            return (.integrity, "stored data failed authentication", "run 'locker status' to check the device")
+        default:
+            let code = Locker.exitCode(for: error)
+            let message = Locker.fullMessage(for: error)
+            if code == .success { return (.ok, message, nil) }
+            let firstLine = Locker.message(for: error).split(separator: "\n").first.map(String.init) ?? "invalid usage"
+            let cleaned = firstLine.hasPrefix("Error: ") ? String(firstLine.dropFirst(7)) : firstLine
+            return (code == .validationFailure ? .usage : .failure, cleaned, "run 'locker help' for usage")
+        }
+    }
+
+    static func describe(_ error: DeviceError) -> (ExitStatus, String, String?) {
+        switch error {
+        case .notInitialized:
+            return (.failure, "no device has been initialized here", "run 'locker init' first")
+        case .alreadyInitialized:
+            return (.alreadyExists, "a device is already initialized here", "use 'locker reset' for a forgotten passcode, or --device for another device")
+        case .wiped:
+            return (.failure, "this device was wiped; nothing stored on it can be decrypted", "run 'locker init' to start again")
+        case .protectedDataUnavailable(let cls):
+            return (.protectedDataUnavailable, "protected data unavailable: class \(cls.canonicalName) is locked", "run 'locker unlock', then try again")
+        case .keyReset(let cls):
+            return (.keyReset, "the \(cls.canonicalName) class key was reset; this object can never be decrypted", "remove such objects with 'locker purge --key-reset'")
+        case .wrongPasscode(let attempts, let next):
+            var message = "wrong passcode (\(attempts) failed attempt\(attempts == 1 ? "" : "s"))"
+            if let next { message += "; next attempt allowed at \(timestamp(next))" }
+            return (.passcode, message, nil)
+        case .lockedOut(let attempts, let until):
+            let wait = max(0, Int((until - Date().timeIntervalSince1970).rounded(.up)))
+            return (.passcode, "locked out after \(attempts) failed attempts; next attempt allowed at \(timestamp(until)) (in \(wait) s)", nil)
+        case .noPasscode:
+            return (.failure, "this device has no passcode", "'locker reset' sets one")
+        case .integrity(let what):
+            return (.integrity, "integrity failure: \(what) failed authentication", nil)
+        case .rollback:
+            return (.integrity, "integrity failure: the keybag is older than the device record (rolled back)", nil)
+        case .notOpen:
+            return (.notFound, "the object is not open", "open it with 'locker open'")
+        case .io(let error):
+            return (.failure, error.description, nil)
+        }
+    }
+
+    static func describe(_ error: AgentError) -> (ExitStatus, String, String?) {
+        switch error {
+        case .unavailable(let why):
+            return (.failure, "the agent is unavailable: \(why)", "check that the device directory is yours and writable")
+        case .protocolViolation:
+            return (.failure, "the agent sent a malformed reply", "run 'locker reboot' to restart it")
+        case .peerRefused:
+            return (.passcode, "the agent refused this user", nil)
+        case .socketPathTooLong(let path):
+            return (.usage, "the agent socket path is too long: \(path)", "use a shorter --device path")
+        case .invalidArgument(let why):
+            return (.usage, why, nil)
+        case .remote(let why):
+            return (.failure, "the agent failed: \(why)", nil)
+        }
+    }
+}

@@ -1,0 +1,111 @@
+import ArgumentParser
+import Foundation
+import LockerAgent
+import LockerDevice
+import LockerFormat
+
+// Output rules for every command:
+// - Results go to stdout; with --json, exactly one JSON document (watch: one
+//   per line).
+// - Errors go to stderr as one `locker: error: …` line, then a
+//   `locker: hint: …` line when there is a next step. Nothing else.
+// - Exit codes are fixed (see `ExitStatus` and docs/cli.md).
+// - No secret, passcode or object content is ever printed in an error.
+
+struct Locker: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "locker",
+        abstract: "An encrypted object store with Apple-style data protection classes.",
+        discussion: ExitStatus.helpText,
+        version: "0.1.0",
+        subcommands: [
+            Init.self, Unlock.self, Lock.self, Reboot.self, Status.self, Passwd.self, Reset.self, Wipe.self,
+            Watch.self, AgentCommand.self,
+        ]
+    )
+}
+
+/// Options every command shares.
+struct GlobalOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("The store directory (default: $LOCKER_STORE, else $XDG_DATA_HOME/locker/store).", valueName: "DIR"))
+    var store: String?
+
+    @Option(name: .long, help: ArgumentHelp("The device directory (default: $LOCKER_DEVICE, else $XDG_STATE_HOME/locker/device).", valueName: "DIR"))
+    var device: String?
+
+    /// The device directory, absolute.
+    var devicePath: String {
+        Self.resolve(device, environment: "LOCKER_DEVICE", xdg: "XDG_STATE_HOME", fallback: ".local/state", leaf: "device")
+    }
+
+    /// The store directory, absolute.
+    var storePath: String {
+        Self.resolve(store, environment: "LOCKER_STORE", xdg: "XDG_DATA_HOME", fallback: ".local/share", leaf: "store")
+    }
+
+    private static func resolve(_ explicit: String?, environment: String, xdg: String, fallback: String, leaf: String) -> String {
+        let env = ProcessInfo.processInfo.environment
+        let chosen: String
+        if let explicit, !explicit.isEmpty {
+            chosen = explicit
+        } else if let value = env[environment], !value.isEmpty {
+            chosen = value
+        } else if let base = env[xdg], base.hasPrefix("/") {
+            chosen = base + "/locker/" + leaf
+        } else {
+            chosen = (env["HOME"] ?? NSHomeDirectory()) + "/" + fallback + "/locker/" + leaf
+        }
+        return absolute(chosen)
+    }
+
+    static func absolute(_ path: String) -> String {
+        let joined = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+        return URL(fileURLWithPath: joined).standardizedFileURL.path
+    }
+
+    /// A client for this device's agent, starting the agent if needed.
+    func client() throws -> AgentClient {
+        let path = devicePath
+        let launcher = AgentLauncher(executable: Self.executablePath, arguments: ["agent", "--device", path])
+        return try AgentClient(devicePath: path, launcher: launcher)
+    }
+
+    static var executablePath: String {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    }
+}
+
+struct JSONOption: ParsableArguments {
+    @Flag(name: .long, help: "Print the result as JSON.")
+    var json = false
+}
+
+/// Prints `value` as one JSON document.
+func printJSON(_ value: some Encodable) throws {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+    let data = try encoder.encode(value)
+    FileHandle.standardOutput.write(data)
+    FileHandle.standardOutput.write(Data("\n".utf8))
+}
+
+/// An ISO 8601 timestamp for seconds since 1970.
+func timestamp(_ seconds: Double) -> String {
+    let formatter = ISO8601DateFormatter()
+    formatter.formatOptions = [.withInternetDateTime]
+    return formatter.string(from: Date(timeIntervalSince1970: seconds))
+}
+
+@main
+enum Main {
+    static func main() {
+        // A write to a closed pipe must be an error, not a silent death.
+        signal(SIGPIPE, SIG_IGN)
+        do {
+            var command = try Locker.parseAsRoot()
+            try command.run()
+        } catch {
+            exit(ErrorPresenter.present(error))
+        }
+    }
+}

@@ -1,0 +1,80 @@
+import Foundation
+import LockerCrypto
+
+/// Reads passcodes: from a no-echo prompt on the terminal, or as lines on
+/// standard input. Never from argv or the environment.
+struct PasscodeInput {
+    /// Read lines from stdin even when it is a terminal.
+    var fromStandardInput: Bool
+
+    var interactive: Bool { !fromStandardInput && isatty(STDIN_FILENO) == 1 }
+
+    /// One passcode. On a terminal, prompts with `prompt`; with `confirm`,
+    /// asks twice and insists they match.
+    func read(prompt: String, confirm: Bool = false) throws -> SecretBytes {
+        if interactive {
+            let first = try promptNoEcho(prompt)
+            if confirm {
+                let second = try promptNoEcho("Repeat the passcode: ")
+                guard first == second else { throw CommandFailure(.usage, "the passcodes did not match") }
+            }
+            return try nonEmpty(first)
+        }
+        guard let line = Self.readLine() else {
+            throw CommandFailure(.usage, "expected a passcode on standard input",
+                                 hint: "pass it as one line on stdin, or run on a terminal")
+        }
+        return try nonEmpty(line)
+    }
+
+    private func nonEmpty(_ passcode: SecretBytes) throws -> SecretBytes {
+        guard passcode.count > 0 else {
+            throw CommandFailure(.usage, "the passcode is empty", hint: "use --no-passcode at init for a device without one")
+        }
+        guard passcode.count <= 1024 else { throw CommandFailure(.usage, "the passcode is longer than 1024 bytes") }
+        return passcode
+    }
+
+    private func promptNoEcho(_ prompt: String) throws -> SecretBytes {
+        FileHandle.standardError.write(Data(prompt.utf8))
+        var saved = termios()
+        let haveTerminal = tcgetattr(STDIN_FILENO, &saved) == 0
+        if haveTerminal {
+            var silent = saved
+            silent.c_lflag &= ~tcflag_t(ECHO)
+            _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &silent)
+        }
+        defer {
+            if haveTerminal {
+                _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
+                FileHandle.standardError.write(Data("\n".utf8))
+            }
+        }
+        guard let line = Self.readLine() else { throw CommandFailure(.usage, "no passcode was entered") }
+        return line
+    }
+
+    /// Reads one line from stdin byte by byte (so nothing past the newline
+    /// is consumed and no unwiped buffer is left behind), without the
+    /// newline. Returns nil at end of input with nothing read.
+    static func readLine() -> SecretBytes? {
+        var buffer = [UInt8](repeating: 0, count: 1025)
+        var count = 0
+        var sawAnything = false
+        defer { for i in buffer.indices { buffer[i] = 0 } }
+        while true {
+            var byte: UInt8 = 0
+            let n = Foundation.read(STDIN_FILENO, &byte, 1)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            sawAnything = true
+            if byte == UInt8(ascii: "\n") { break }
+            if count < buffer.count { buffer[count] = byte }
+            count += 1
+        }
+        guard sawAnything else { return nil }
+        if count > 0, count <= buffer.count, buffer[count - 1] == UInt8(ascii: "\r") { count -= 1 }
+        let kept = min(count, buffer.count)
+        return SecretBytes(copying: buffer[..<kept])
+    }
+}
