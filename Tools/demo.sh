@@ -18,7 +18,7 @@ trap cleanup EXIT
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 run() { printf '$ locker %s\n' "$*"; "$locker_bin" "$@"; }
-readable() { "$locker_bin" status --json | sed -n '/"readableClasses"/,/]/p' | tr -d ' \n' | sed 's/"readableClasses":/readable now: /'; echo; }
+readable() { "$locker_bin" status | grep -E '^(State|Readable)'; }
 
 step "Create a device with passcode 1234 and a 3 s grace period"
 printf '1234\n' | run init --passcode-stdin --grace 3

@@ -94,7 +94,7 @@ struct Unlock: ParsableCommand {
         if output.json {
             try printJSON(StatusReport(status, devicePath: global.devicePath, storePath: global.storePath))
         } else if before.passcodeSet {
-            print("Unlocked. Readable: \(status.readableClasses.joined(separator: ", ")).")
+            print("Unlocked. Readable: \(classList(status.readableClasses)).")
         } else {
             print("This device has no passcode; its data is always available.")
         }
@@ -124,7 +124,7 @@ struct Lock: ParsableCommand {
         } else if let grace = status.graceRemaining {
             print("Locking: class complete and completeUnlessOpen keys are discarded in \(Int(grace.rounded(.up))) s.")
         } else {
-            print("Locked. Readable: \(status.readableClasses.joined(separator: ", ")).")
+            print("Locked. Readable: \(classList(status.readableClasses)).")
         }
         if !status.openObjects.isEmpty {
             print("Still open:")
@@ -162,13 +162,15 @@ struct Status: ParsableCommand {
         }
         print("Device:            \(report.device)")
         print("State:             \(report.state)")
-        if !report.passcodeSet {
+        if status.state == .wiped {
+            print("Passcode:          - (wiped)")
+        } else if !report.passcodeSet {
             print("Passcode:          none (locking changes nothing for data)")
         } else {
             print("Passcode:          set")
         }
-        print("Readable classes:  \(report.readableClasses.isEmpty ? "none" : report.readableClasses.joined(separator: ", "))")
-        print("Creatable classes: \(report.creatableClasses.isEmpty ? "none" : report.creatableClasses.joined(separator: ", "))")
+        print("Readable classes:  \(classList(report.readableClasses))")
+        print("Creatable classes: \(classList(report.creatableClasses))")
         if let grace = report.graceRemainingSeconds { print("Grace left:        \(String(format: "%.1f", grace)) s") }
         print("Failed attempts:   \(report.failedAttempts)")
         if let next = report.nextAttemptAllowedAt { print("Next attempt at:   \(next)") }
@@ -178,6 +180,14 @@ struct Status: ParsableCommand {
         print("Open objects:      \(report.openObjects.isEmpty ? "none" : "")")
         for object in report.openObjects { print("  \(object.id)  \(object.protection)") }
     }
+}
+
+/// Class names with their letters, e.g. "none (D)", so that the class
+/// called `none` is not read as "no class".
+func classList(_ names: [String]) -> String {
+    guard !names.isEmpty else { return "no class" }
+    return names.map { name in ProtectionClass(name: name).map { "\(name) (\($0.letter))" } ?? name }
+        .joined(separator: ", ")
 }
 
 /// What `status --json` prints.
