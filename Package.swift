@@ -72,6 +72,9 @@ let package = Package(
             dependencies: ["LockerFormat", "LockerCrypto"],
             resources: [.copy("Vectors")]
         ),
+        // End-to-end: runs the built `locker` binary (the dependency only
+        // makes SwiftPM build it first) against a real agent.
+        .testTarget(name: "LockerCLITests", dependencies: [.target(name: "locker")]),
     ]
 )
 

@@ -27,6 +27,7 @@ struct Init: ParsableCommand {
         discussion: "Asks for a new passcode on the terminal (twice), or reads one line with --passcode-stdin.")
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var noPasscodeArguments: NoPasscodeArguments
     @OptionGroup var output: JSONOption
 
     @Flag(help: "Create a device without a passcode: locking then changes nothing for data.")
@@ -77,6 +78,7 @@ struct Unlock: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Unlock the device with its passcode.")
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var noPasscodeArguments: NoPasscodeArguments
     @OptionGroup var output: JSONOption
 
     @Flag(help: "Read the passcode as one line from standard input.")
@@ -260,6 +262,7 @@ struct Passwd: ParsableCommand {
         discussion: "Prompts for the current and the new passcode on a terminal; otherwise reads them as two lines on standard input.")
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var noPasscodeArguments: NoPasscodeArguments
 
     func run() throws {
         let client = try global.client()
@@ -277,6 +280,7 @@ struct Reset: ParsableCommand {
         discussion: "Objects of classes A, B and C made before the reset can never be read again; they fail with exit code 69 until purged. Prompts for the new passcode on a terminal (twice), otherwise reads one line from standard input.")
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var noPasscodeArguments: NoPasscodeArguments
 
     func run() throws {
         let client = try global.client()

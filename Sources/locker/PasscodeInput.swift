@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 import LockerCrypto
 
@@ -76,5 +77,20 @@ struct PasscodeInput {
         if count > 0, count <= buffer.count, buffer[count - 1] == UInt8(ascii: "\r") { count -= 1 }
         let kept = min(count, buffer.count)
         return SecretBytes(copying: buffer[..<kept])
+    }
+}
+
+/// Soaks up stray words on commands that read a passcode, so that a
+/// passcode typed as an argument (`locker unlock 1234`) is refused without
+/// being echoed in the error, as ArgumentParser's "Unexpected argument
+/// '1234'" would.
+struct NoPasscodeArguments: ParsableArguments {
+    @Argument(help: .hidden)
+    var stray: [String] = []
+
+    func validate() throws {
+        guard stray.isEmpty else {
+            throw ValidationError("this command takes no arguments; passcodes are never read from the command line")
+        }
     }
 }

@@ -1,0 +1,313 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What one `locker` run produced.
+struct CLIResult: CustomStringConvertible {
+    var program = "locker"
+    var arguments: [String]
+    var status: Int32
+    var stdout: String
+    var stderr: String
+    /// How far the command moved its standard input's file offset: the
+    /// bytes it read (stdin is a regular file; 0 for /dev/null).
+    var stdinBytesRead: Int
+
+    var description: String {
+        "\(program) \(arguments.joined(separator: " ")) → exit \(status)\n--- stdout:\n\(stdout)--- stderr:\n\(stderr)---"
+    }
+}
+
+/// A failure of the harness itself (not of an assertion).
+struct HarnessError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// What `status --json` prints (the fields the tests look at).
+struct StatusJSON: Decodable {
+    var state: String
+    var passcodeSet: Bool
+    var isProtectedDataAvailable: Bool
+    var readableClasses: [String]
+    var creatableClasses: [String]
+    var graceSeconds: Int
+    var graceRemainingSeconds: Double?
+    var failedAttempts: Int
+    var nextAttemptAllowedAt: String?
+    var keyGeneration: Int
+}
+
+let allClasses = ["complete", "completeUnlessOpen", "completeUntilFirstUserAuthentication", "none"]
+
+/// Thread-safe storage for values produced on other threads.
+final class Box<Value: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: Value
+    init(_ value: Value) { stored = value }
+    var value: Value { lock.withLock { stored } }
+    func update(_ body: (inout Value) -> Void) { lock.withLock { body(&stored) } }
+}
+
+/// A private temporary directory with a short path (sun_path holds 108
+/// bytes): the device is `<root>/d`, the store `<root>/s`, and HOME is the
+/// root. `tearDown` reboots the agent, kills any agent left, and removes
+/// the directory.
+final class CLIFixture {
+    let root: String
+    var device: String { root + "/d" }
+    var store: String { root + "/s" }
+    private var stdinFiles = 0
+
+    /// The `locker` executable SwiftPM built next to this test bundle
+    /// (`$LOCKER_CLI` overrides).
+    static let lockerPath: String = {
+        if let path = ProcessInfo.processInfo.environment["LOCKER_CLI"], !path.isEmpty { return path }
+        let bundle = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        return bundle.deletingLastPathComponent().appendingPathComponent("locker").path
+    }()
+
+    init() throws {
+        guard FileManager.default.isExecutableFile(atPath: Self.lockerPath) else {
+            throw HarnessError("""
+                the locker executable is missing at \(Self.lockerPath): build it with \
+                'swift build --build-tests', or point LOCKER_CLI at it
+                """)
+        }
+        var template = Array("/tmp/lkc-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw HarnessError("mkdtemp failed: errno \(errno)") }
+        root = String(cString: made)
+    }
+
+    var environment: [String: String] {
+        ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": root, "LOCKER_DEVICE": device, "LOCKER_STORE": store]
+    }
+
+    /// Runs `locker arguments` to completion, with `stdin` (if any) as its
+    /// standard input, else /dev/null. Kills it and throws after `timeout`.
+    @discardableResult
+    func run(_ arguments: [String], stdin: String? = nil, timeout: Double = 30) throws -> CLIResult {
+        try runProgram(Self.lockerPath, arguments, stdin: stdin, timeout: timeout)
+    }
+
+    /// Runs `executable` (not necessarily locker) with this fixture's
+    /// environment.
+    func runProgram(_ executable: String, _ arguments: [String], stdin: String? = nil,
+                    timeout: Double = 30) throws -> CLIResult {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.environment = environment
+
+        // Standard input is a regular file, so that the offset afterwards
+        // says how much the command read.
+        let input: FileHandle
+        if let stdin {
+            stdinFiles += 1
+            let path = root + "/stdin-\(stdinFiles)"
+            guard FileManager.default.createFile(atPath: path, contents: Data(stdin.utf8)),
+                  let handle = FileHandle(forReadingAtPath: path)
+            else { throw HarnessError("cannot create \(path)") }
+            input = handle
+        } else {
+            guard let handle = FileHandle(forReadingAtPath: "/dev/null") else { throw HarnessError("no /dev/null") }
+            input = handle
+        }
+        defer { try? input.close() }
+        process.standardInput = input
+
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        let outData = Box(Data())
+        let errData = Box(Data())
+        let readers = DispatchGroup()
+        for (pipe, box) in [(out, outData), (err, errData)] {
+            readers.enter()
+            let handle = pipe.fileHandleForReading
+            Thread.detachNewThread {
+                let data = handle.readDataToEndOfFile()
+                box.update { $0 = data }
+                readers.leave()
+            }
+        }
+
+        let exited = DispatchSemaphore(value: 0)
+        process.terminationHandler = { _ in exited.signal() }
+        try process.run()
+        // The parent's copies of the write ends must go, or the readers
+        // never see end of file.
+        try? out.fileHandleForWriting.close()
+        try? err.fileHandleForWriting.close()
+
+        if exited.wait(timeout: .now() + timeout) == .timedOut {
+            kill(process.processIdentifier, SIGKILL)
+            _ = exited.wait(timeout: .now() + 5)
+            _ = readers.wait(timeout: .now() + 5)
+            let partial = CLIResult(program: executable, arguments: arguments, status: -1,
+                                    stdout: String(decoding: outData.value, as: UTF8.self),
+                                    stderr: String(decoding: errData.value, as: UTF8.self), stdinBytesRead: 0)
+            throw HarnessError("timed out after \(timeout) s and was killed: \(partial)")
+        }
+        guard readers.wait(timeout: .now() + 10) == .success else {
+            throw HarnessError("\(executable) exited but its output pipes stayed open")
+        }
+        let offset = lseek(input.fileDescriptor, 0, SEEK_CUR)
+        let status = process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus
+            : process.terminationStatus
+        return CLIResult(program: executable == Self.lockerPath ? "locker" : executable,
+                         arguments: arguments, status: status,
+                         stdout: String(decoding: outData.value, as: UTF8.self),
+                         stderr: String(decoding: errData.value, as: UTF8.self),
+                         stdinBytesRead: max(0, Int(offset)))
+    }
+
+    /// Runs `locker status --json` (expecting exit 0) and decodes it.
+    func status() throws -> StatusJSON {
+        let result = try run(["status", "--json"])
+        guard result.status == 0 else { throw HarnessError("status --json failed: \(result)") }
+        do {
+            return try JSONDecoder().decode(StatusJSON.self, from: Data(result.stdout.utf8))
+        } catch {
+            throw HarnessError("status --json printed no valid status (\(error)): \(result)")
+        }
+    }
+
+    /// `init --passcode-stdin` with `passcode` and `extra` options; throws
+    /// unless it exits 0.
+    func initialize(passcode: String = "1234", _ extra: [String] = []) throws {
+        let result = try run(["init", "--passcode-stdin"] + extra, stdin: passcode + "\n")
+        guard result.status == 0 else { throw HarnessError("init failed: \(result)") }
+    }
+
+    /// The pid in `<device>/agent.pid`, if the file is there.
+    var agentPIDFromFile: Int32? {
+        guard let text = try? String(contentsOfFile: device + "/agent.pid", encoding: .utf8) else { return nil }
+        return Int32(text.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    /// Live `locker agent` processes for this fixture's device: the pid
+    /// file's (if it really is such an agent) plus any found in /proc.
+    func agentProcesses() -> Set<Int32> {
+        var found = Set<Int32>()
+        if let pid = agentPIDFromFile, isAgent(pid) { found.insert(pid) }
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        for name in entries {
+            if let pid = Int32(name), isAgent(pid) { found.insert(pid) }
+        }
+        return found
+    }
+
+    /// Whether `pid` is a live `locker agent` serving this device.
+    private func isAgent(_ pid: Int32) -> Bool {
+        guard pid > 0, isAlive(pid),
+              let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"), !data.isEmpty
+        else { return false }
+        let arguments = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+        return arguments.count >= 2 && arguments[1] == "agent" && arguments.contains(device)
+    }
+
+    /// Reboots the agent (which makes it exit), kills any agent still
+    /// there, and removes the directory.
+    func tearDown() {
+        _ = try? run(["reboot"], timeout: 15)
+        for pid in agentProcesses() {
+            kill(pid, SIGKILL)
+            _ = waitUntilGone(pid)
+        }
+        try? FileManager.default.removeItem(atPath: root)
+    }
+}
+
+/// A `locker` run left going in the background (for `watch`), its stdout
+/// collected as it comes.
+final class BackgroundRun {
+    let process = Process()
+    let output = Box(Data())
+    private let exited = DispatchSemaphore(value: 0)
+    private let finished = Box(false)
+
+    init(_ fixture: CLIFixture, _ arguments: [String]) throws {
+        process.executableURL = URL(fileURLWithPath: CLIFixture.lockerPath)
+        process.arguments = arguments
+        process.environment = fixture.environment
+        process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        let handle = pipe.fileHandleForReading
+        let output = output
+        Thread.detachNewThread {
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { return }
+                output.update { $0.append(chunk) }
+            }
+        }
+        let exited = exited
+        let finished = finished
+        process.terminationHandler = { _ in
+            finished.update { $0 = true }
+            exited.signal()
+        }
+        try process.run()
+        try? pipe.fileHandleForWriting.close()
+    }
+
+    var text: String { String(decoding: output.value, as: UTF8.self) }
+
+    /// Polls until `condition` holds on the output so far, for up to
+    /// `seconds`.
+    func waitForOutput(seconds: Double, _ condition: (String) -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if condition(text) { return true }
+            usleep(20_000)
+        }
+        return condition(text)
+    }
+
+    /// The exit status once it exits within `seconds`, else nil.
+    func waitForExit(seconds: Double) -> Int32? {
+        if finished.value { return process.terminationStatus }
+        guard exited.wait(timeout: .now() + seconds) == .success else { return nil }
+        exited.signal()
+        return process.terminationStatus
+    }
+
+    /// Kills it if it still runs.
+    func stop() {
+        guard !finished.value else { return }
+        kill(process.processIdentifier, SIGKILL)
+        _ = waitForExit(seconds: 5)
+    }
+}
+
+func isZombie(_ pid: Int32) -> Bool {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")")
+    else { return false }
+    let rest = stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces)
+    return rest.hasPrefix("Z") || rest.hasPrefix("X")
+}
+
+func isAlive(_ pid: Int32) -> Bool {
+    kill(pid, 0) == 0 && !isZombie(pid)
+}
+
+/// Waits up to `seconds` for `pid` to be gone (or a zombie).
+func waitUntilGone(_ pid: Int32, seconds: Double = 5) -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if !isAlive(pid) { return true }
+        usleep(10_000)
+    }
+    return !isAlive(pid)
+}
+
+/// Where `setpriv` is, if installed.
+let setprivPath: String? = ["/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv"]
+    .first { FileManager.default.isExecutableFile(atPath: $0) }

@@ -1,0 +1,410 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// End-to-end: the real `locker` binary, each test with its own device,
+/// store and agent under a fresh /tmp/lkc-XXXXXX.
+@Suite("locker CLI, end to end")
+struct CLITests {
+    /// Runs `body` with a fresh fixture and always tears it down.
+    func withFixture(_ body: (CLIFixture) throws -> Void) throws {
+        let fixture = try CLIFixture()
+        defer { fixture.tearDown() }
+        try body(fixture)
+        #expect(fixture.agentProcesses().count <= 1, "more than one agent serves \(fixture.device)")
+    }
+
+    // 1
+    @Test func statusBeforeInitFailsWithHint() throws {
+        try withFixture { f in
+            let r = try f.run(["status"])
+            #expect(r.status == 1, "\(r)")
+            #expect(r.stderr.contains("locker: error:"), "\(r)")
+            #expect(r.stderr.contains("locker: hint: run 'locker init'"), "\(r)")
+            #expect(r.stdout.isEmpty, "\(r)")
+        }
+    }
+
+    // 2
+    @Test func initUnlocksAndRefusesASecondInit() throws {
+        try withFixture { f in
+            let r = try f.run(["init", "--passcode-stdin"], stdin: "1234\n")
+            #expect(r.status == 0, "\(r)")
+            #expect(r.stderr.isEmpty, "\(r)")
+            #expect(!r.stdout.contains("1234"), "the passcode was echoed: \(r)")
+            let s = try f.status()
+            #expect(s.state == "unlocked")
+            #expect(s.passcodeSet)
+            #expect(s.isProtectedDataAvailable)
+            #expect(s.readableClasses == allClasses)
+            #expect(s.creatableClasses == allClasses)
+            #expect(s.failedAttempts == 0)
+            #expect(s.keyGeneration == 1)
+
+            let again = try f.run(["init", "--passcode-stdin"], stdin: "5678\n")
+            #expect(again.status == 73, "\(again)")
+            #expect(again.stderr.contains("locker: error: a device is already initialized here"), "\(again)")
+            #expect(try f.status().state == "unlocked")
+        }
+    }
+
+    // 3
+    @Test func lockNowEvictsClassesAAndB() throws {
+        try withFixture { f in
+            try f.initialize()
+            let r = try f.run(["lock", "--now"])
+            #expect(r.status == 0, "\(r)")
+            #expect(r.stdout.contains("Locked."), "\(r)")
+            let s = try f.status()
+            #expect(s.state == "locked")
+            #expect(s.readableClasses == ["completeUntilFirstUserAuthentication", "none"])
+            #expect(s.creatableClasses == ["completeUnlessOpen", "completeUntilFirstUserAuthentication", "none"])
+            #expect(!s.isProtectedDataAvailable)
+            #expect(s.graceRemainingSeconds == nil)
+        }
+    }
+
+    // 4
+    @Test func rebootComesBackBeforeFirstUnlockWithANewAgent() throws {
+        try withFixture { f in
+            try f.initialize()
+            let before = try #require(f.agentPIDFromFile, "no agent.pid after init")
+            let r = try f.run(["reboot"])
+            #expect(r.status == 0, "\(r)")
+            #expect(r.stdout.contains("Rebooted"), "\(r)")
+            #expect(waitUntilGone(before), "the old agent \(before) still runs after reboot")
+            let s = try f.status()
+            #expect(s.state == "beforeFirstUnlock")
+            #expect(s.readableClasses == ["none"])
+            #expect(s.creatableClasses == ["completeUnlessOpen", "none"])
+            #expect(!s.isProtectedDataAvailable)
+            let after = try #require(f.agentPIDFromFile, "no agent.pid after the reboot")
+            #expect(after != before)
+        }
+    }
+
+    // 5
+    @Test func wrongThenRightPasscode() throws {
+        try withFixture { f in
+            try f.initialize()
+            try f.run(["lock", "--now"])
+            let wrong = try f.run(["unlock", "--passcode-stdin"], stdin: "0000\n")
+            #expect(wrong.status == 77, "\(wrong)")
+            #expect(wrong.stderr.contains("locker: error: wrong passcode (1 failed attempt)"), "\(wrong)")
+            #expect(!wrong.stderr.contains("0000"), "the passcode was echoed: \(wrong)")
+            #expect(try f.status().failedAttempts == 1)
+
+            let right = try f.run(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            #expect(right.status == 0, "\(right)")
+            #expect(right.stdout.contains("Unlocked."), "\(right)")
+            let s = try f.status()
+            #expect(s.state == "unlocked")
+            #expect(s.failedAttempts == 0)
+            #expect(s.nextAttemptAllowedAt == nil)
+        }
+    }
+
+    // 6
+    @Test func delayAfterTheFifthFailureSurvivesReboot() throws {
+        try withFixture { f in
+            try f.initialize()
+            try f.run(["lock", "--now"])
+
+            // The same wrong passcode twice in a row counts once.
+            for _ in 0..<2 {
+                let r = try f.run(["unlock", "--passcode-stdin"], stdin: "1111\n")
+                #expect(r.status == 77, "\(r)")
+                #expect(r.stderr.contains("wrong passcode (1 failed attempt)"), "\(r)")
+            }
+            #expect(try f.status().failedAttempts == 1)
+
+            for (index, guess) in ["2222", "3333", "4444"].enumerated() {
+                let r = try f.run(["unlock", "--passcode-stdin"], stdin: guess + "\n")
+                #expect(r.status == 77, "\(r)")
+                #expect(r.stderr.contains("wrong passcode (\(index + 2) failed attempts)"), "\(r)")
+                #expect(!r.stderr.contains("next attempt allowed at"), "no delay before the 5th failure: \(r)")
+            }
+            let fifth = try f.run(["unlock", "--passcode-stdin"], stdin: "5555\n")
+            #expect(fifth.status == 77, "\(fifth)")
+            #expect(fifth.stderr.contains("wrong passcode (5 failed attempts)"), "\(fifth)")
+            #expect(fifth.stderr.contains("next attempt allowed at"), "\(fifth)")
+
+            // Even the right passcode must wait.
+            let sixth = try f.run(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            #expect(sixth.status == 77, "\(sixth)")
+            #expect(sixth.stderr.contains("locked out after 5 failed attempts"), "\(sixth)")
+            #expect(sixth.stderr.contains("next attempt allowed at"), "\(sixth)")
+
+            var s = try f.status()
+            #expect(s.state == "locked")
+            #expect(s.failedAttempts == 5)
+            #expect(s.nextAttemptAllowedAt != nil)
+
+            let reboot = try f.run(["reboot"])
+            #expect(reboot.status == 0, "\(reboot)")
+            s = try f.status()
+            #expect(s.state == "beforeFirstUnlock")
+            #expect(s.failedAttempts == 5)
+            #expect(s.nextAttemptAllowedAt != nil)
+            let afterReboot = try f.run(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            #expect(afterReboot.status == 77, "\(afterReboot)")
+            #expect(afterReboot.stderr.contains("locked out after 5 failed attempts"), "\(afterReboot)")
+        }
+    }
+
+    // 7
+    @Test func graceExpires() throws {
+        try withFixture { f in
+            try f.initialize(passcode: "1234", ["--grace", "1"])
+            // lock --json reports the state in the same run, so a slow
+            // machine cannot eat the one-second grace between two runs.
+            let r = try f.run(["lock", "--json"])
+            let lockedAt = Date()
+            #expect(r.status == 0, "\(r)")
+            let s = try JSONDecoder().decode(StatusJSON.self, from: Data(r.stdout.utf8))
+            #expect(s.state == "locking")
+            #expect(s.graceSeconds == 1)
+            #expect((s.graceRemainingSeconds ?? 0) > 0)
+            #expect(s.readableClasses.contains("complete"))
+            #expect(s.isProtectedDataAvailable)
+
+            Thread.sleep(until: lockedAt.addingTimeInterval(1.5))
+            let later = try f.status()
+            #expect(later.state == "locked")
+            #expect(!later.readableClasses.contains("complete"))
+            #expect(!later.readableClasses.contains("completeUnlessOpen"))
+            #expect(later.graceRemainingSeconds == nil)
+            #expect(!later.isProtectedDataAvailable)
+        }
+    }
+
+    // 8
+    @Test func passwdChangesThePasscode() throws {
+        try withFixture { f in
+            try f.initialize()
+            let r = try f.run(["passwd"], stdin: "1234\n5678\n")
+            #expect(r.status == 0, "\(r)")
+            #expect(r.stdout.contains("Passcode changed."), "\(r)")
+            try f.run(["lock", "--now"])
+            let old = try f.run(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            #expect(old.status == 77, "\(old)")
+            let new = try f.run(["unlock", "--passcode-stdin"], stdin: "5678\n")
+            #expect(new.status == 0, "\(new)")
+            #expect(try f.status().state == "unlocked")
+        }
+    }
+
+    // 9
+    @Test func resetStartsANewKeyGeneration() throws {
+        try withFixture { f in
+            try f.initialize()
+            let r = try f.run(["reset"], stdin: "9999\n")
+            #expect(r.status == 0, "\(r)")
+            #expect(r.stdout.contains("generation 2"), "\(r)")
+            #expect(try f.status().keyGeneration == 2)
+            try f.run(["lock", "--now"])
+            let unlock = try f.run(["unlock", "--passcode-stdin"], stdin: "9999\n")
+            #expect(unlock.status == 0, "\(unlock)")
+            let s = try f.status()
+            #expect(s.state == "unlocked")
+            #expect(s.keyGeneration == 2)
+        }
+    }
+
+    // 10
+    @Test func wipeNeedsYesAndIsForever() throws {
+        try withFixture { f in
+            try f.initialize()
+            let unconfirmed = try f.run(["wipe"])
+            #expect(unconfirmed.status == 64, "\(unconfirmed)")
+            #expect(unconfirmed.stderr.contains("--yes"), "\(unconfirmed)")
+            #expect(try f.status().state == "unlocked")
+
+            let wipe = try f.run(["wipe", "--yes"])
+            #expect(wipe.status == 0, "\(wipe)")
+            let unlock = try f.run(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            #expect(unlock.status != 0, "\(unlock)")
+            #expect(unlock.stderr.contains("wiped"), "\(unlock)")
+            #expect(try f.status().state == "wiped")
+
+            let reboot = try f.run(["reboot"])
+            #expect(reboot.status == 0, "\(reboot)")
+            let s = try f.status()
+            #expect(s.state == "wiped")
+            #expect(s.readableClasses.isEmpty)
+        }
+    }
+
+    // 11
+    @Test func noPasscodeDeviceIgnoresLock() throws {
+        try withFixture { f in
+            let initResult = try f.run(["init", "--no-passcode"])
+            #expect(initResult.status == 0, "\(initResult)")
+            let lock = try f.run(["lock", "--now"])
+            #expect(lock.status == 0, "\(lock)")
+            #expect(lock.stdout.contains("no passcode"), "\(lock)")
+            let s = try f.status()
+            #expect(!s.passcodeSet)
+            #expect(s.readableClasses == allClasses)
+            #expect(s.isProtectedDataAvailable)
+
+            let text = try f.run(["status"])
+            #expect(text.status == 0, "\(text)")
+            #expect(text.stdout.contains("locking changes nothing for data"), "\(text)")
+            #expect(text.stdout.contains("none"), "\(text)")
+
+            let unlock = try f.run(["unlock"], stdin: "sentinel\n")
+            #expect(unlock.status == 0, "\(unlock)")
+            #expect(unlock.stdinBytesRead == 0, "unlock read \(unlock.stdinBytesRead) bytes of stdin")
+            #expect(unlock.stdout.contains("no passcode"), "\(unlock)")
+        }
+    }
+
+    // 12
+    @Test func aKilledAgentIsReplacedSilently() throws {
+        try withFixture { f in
+            try f.initialize()
+            let pid = try #require(f.agentPIDFromFile, "no agent.pid after init")
+            #expect(kill(pid, SIGKILL) == 0)
+            #expect(waitUntilGone(pid), "agent \(pid) survived SIGKILL")
+
+            let r = try f.run(["status", "--json"])
+            #expect(r.status == 0, "\(r)")
+            #expect(r.stderr.isEmpty, "\(r)")
+            let s = try JSONDecoder().decode(StatusJSON.self, from: Data(r.stdout.utf8))
+            #expect(s.state == "beforeFirstUnlock")
+            let fresh = try #require(f.agentPIDFromFile)
+            #expect(fresh != pid)
+        }
+    }
+
+    // 13
+    @Test(.enabled(if: geteuid() == 0, "needs root to run locker as uid 65534"),
+          .enabled(if: setprivPath != nil, "needs setpriv (util-linux) to run locker as uid 65534"))
+    func anotherUserIsRefused() throws {
+        let setpriv = try #require(setprivPath)
+        try withFixture { f in
+            try f.initialize()
+            let pid = try #require(f.agentPIDFromFile)
+            // Let the other user reach the device directory: it still must
+            // not get through (the socket is 0600, the agent checks peers).
+            #expect(chmod(f.root, 0o711) == 0)
+            #expect(chmod(f.device, 0o711) == 0)
+            defer { _ = chmod(f.device, 0o700) }
+            // The binary must be runnable by that user, or the test proves
+            // nothing.
+            var st = stat()
+            #expect(stat(f.device + "/agent.sock", &st) == 0)
+            #expect(st.st_mode & 0o777 == 0o600, "agent.sock mode \(String(st.st_mode & 0o777, radix: 8))")
+            #expect(st.st_uid == 0)
+            let probe = try f.runProgram(setpriv, ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                   CLIFixture.lockerPath, "--version"])
+            try #require(probe.status == 0, "uid 65534 cannot run locker at all: \(probe)")
+
+            let r = try f.runProgram(setpriv, ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                               CLIFixture.lockerPath, "status"])
+            #expect(r.status != 0, "\(r)")
+            #expect(!r.stdout.contains("unlocked"), "\(r)")
+            #expect(r.stderr.contains("locker: error:"), "\(r)")
+
+            _ = chmod(f.device, 0o700)
+            let s = try f.status()
+            #expect(s.state == "unlocked")
+            #expect(f.agentPIDFromFile == pid)
+            #expect(isAlive(pid))
+        }
+    }
+
+    // 14
+    @Test(arguments: [
+        ["frobnicate"],
+        ["init", "--grace", "999999"],
+        ["init", "--no-passcode", "--passcode-stdin"],
+        ["init", "--default-class", "X"],
+        ["init", "--erase-after", "0", "--passcode-stdin"],
+    ])
+    func usageErrors(arguments: [String]) throws {
+        try withFixture { f in
+            let r = try f.run(arguments, stdin: "1234\n")
+            #expect(r.status == 64, "\(r)")
+            #expect(r.stderr.hasPrefix("locker: error: "), "\(r)")
+            #expect(r.stdout.isEmpty, "\(r)")
+            // Nothing was created.
+            #expect(!FileManager.default.fileExists(atPath: f.device + "/agent.pid"), "\(r)")
+        }
+    }
+
+    // 14
+    @Test func helpListsTheExitCodes() throws {
+        try withFixture { f in
+            let r = try f.run(["--help"])
+            #expect(r.status == 0, "\(r)")
+            #expect(r.stdout.contains("Exit codes:"), "\(r)")
+            #expect(r.stdout.contains("75"), "\(r)")
+            #expect(r.stdout.contains("77"), "\(r)")
+            #expect(r.stderr.isEmpty, "\(r)")
+        }
+    }
+
+    // 15
+    @Test func watchReportsLockAndUnlockAndEndsOnReboot() throws {
+        try withFixture { f in
+            try f.initialize()
+            let watch = try BackgroundRun(f, ["watch"])
+            defer { watch.stop() }
+
+            // watch prints nothing until an event, so it cannot say when it
+            // has subscribed: lock until an event shows up.
+            let will = "protectedDataWillBecomeUnavailable"
+            let did = "protectedDataDidBecomeAvailable"
+            var seen = false
+            for _ in 0..<10 where !seen {
+                let lock = try f.run(["lock", "--now"])
+                #expect(lock.status == 0, "\(lock)")
+                seen = watch.waitForOutput(seconds: 1) { $0.contains(will) }
+                if !seen { try f.run(["unlock", "--passcode-stdin"], stdin: "1234\n") }
+            }
+            #expect(seen, "watch printed no \(will): \(watch.text)")
+
+            let unlock = try f.run(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            #expect(unlock.status == 0, "\(unlock)")
+            let ordered = watch.waitForOutput(seconds: 5) { text in
+                guard let w = text.range(of: will) else { return false }
+                return text[w.upperBound...].contains(did)
+            }
+            #expect(ordered, "no \(did) after \(will): \(watch.text)")
+            for line in watch.text.split(separator: "\n") {
+                #expect(line.hasSuffix(will) || line.hasSuffix(did), "odd watch line: \(line)")
+            }
+
+            let reboot = try f.run(["reboot"])
+            #expect(reboot.status == 0, "\(reboot)")
+            let status = watch.waitForExit(seconds: 10)
+            #expect(status == 0, "watch did not end cleanly on reboot (status \(String(describing: status)))")
+        }
+    }
+
+    // 16
+    @Test func passcodesAreNeverTakenFromArgv() throws {
+        try withFixture { f in
+            try f.initialize()
+            try f.run(["lock", "--now"])
+            let r = try f.run(["unlock", "1234"])
+            #expect(r.status == 64, "\(r)")
+            #expect(r.stderr.hasPrefix("locker: error: "), "\(r)")
+            #expect(r.stderr.contains("never read from the command line"), "\(r)")
+            // Nothing secret is printed, not even a passcode misplaced in argv.
+            #expect(!r.stderr.contains("1234") && !r.stdout.contains("1234"), "\(r)")
+            for command in [["init", "--passcode-stdin"], ["passwd"], ["reset"], ["unlock", "--passcode-stdin"]] {
+                let other = try f.run(command + ["4321"], stdin: "1234\n")
+                #expect(other.status == 64, "\(other)")
+                #expect(!other.stderr.contains("4321"), "\(other)")
+            }
+            let s = try f.status()
+            #expect(s.state == "locked")
+            #expect(s.failedAttempts == 0)
+        }
+    }
+}
