@@ -29,7 +29,7 @@ let package = Package(
         .target(name: "CLockerSupport"),
 
         // Crypto: the only importer of COpenSSL.
-        .target(name: "LockerCrypto", dependencies: ["COpenSSL", "CLockerSupport"]),
+        .target(name: "LockerCrypto", dependencies: ["COpenSSL"]),
         // Formats: bytes in, bytes out, no I/O. The only importer of CLZ4.
         .target(name: "LockerFormat", dependencies: ["LockerCrypto", "CLZ4"]),
         // The one layer that makes file system calls for the store and the

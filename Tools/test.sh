@@ -4,5 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash Tools/setup.sh
 # Warnings are errors in every target (see Package.swift).
-swift build --build-tests
-swift test --skip-build
+# The import check fails the build if a module imports one it does not
+# declare, which keeps the layering honest.
+swift build --build-tests --explicit-target-dependency-import-check error
+swift test --skip-build --disable-xctest

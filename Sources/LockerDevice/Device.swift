@@ -8,7 +8,7 @@ internal import Foundation
 /// One `Device` runs inside the agent for the CLI, or inside an app's own
 /// process (the embedded mode). It is safe to call from several threads.
 ///
-/// Keys held per state follow ../shared semantics: before first unlock only
+/// Keys held per state follow the protection semantics (docs/architecture.md): before first unlock only
 /// D; unlocked and locking all; locked C and D. Without a passcode every key
 /// is held in every state but wiped. Class keys never leave this type;
 /// callers get file keys, one at a time, when the class allows it now.
@@ -115,6 +115,9 @@ public final class Device: @unchecked Sendable {
         passcodeCost: PasscodeCost = .calibrated(milliseconds: 100)
     ) throws -> Device {
         guard directory.exists else { throw DeviceError.notInitialized }
+        // The directory holds the device secret: keep it private even if
+        // its mode was loosened since init.
+        try directory.prepare()
         let uid = try directory.loadUID(create: false)
         let uidOnly = try DeviceKeys(uid: uid, effaceable: nil)
         var record = try directory.readRecord(macKey: uidOnly.recordMACKey)
@@ -314,7 +317,7 @@ public final class Device: @unchecked Sendable {
            now < next {
             throw DeviceError.lockedOut(failedAttempts: attempts, until: next)
         }
-        let tag = try passcode.withUnsafeBytes { try HMAC.authenticationCode(for: Array($0), key: keys.wrongPasscodeKey) }
+        let tag = try passcode.withUnsafeBytes { try HMAC.authenticationCode(for: $0, key: keys.wrongPasscodeKey) }
         if attempts > 0, constantTimeEquals(tag, record.lastWrongPasscodeTag) {
             throw DeviceError.wrongPasscode(
                 failedAttempts: attempts,
@@ -587,7 +590,9 @@ public final class Device: @unchecked Sendable {
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             let ratio = (Double(milliseconds) / 1000) / max(seconds, 1e-6)
             let logN = Int(probe) + max(0, Int(log2(ratio).rounded(.up)))
-            return UInt8(min(20, max(Int(probe), logN)))
+            // 2^19 with r = 8 is 512 MiB, the largest that fits under
+            // PasswordKDF.scryptMemoryLimit.
+            return UInt8(min(19, max(Int(probe), logN)))
         }
     }
 

@@ -73,11 +73,15 @@ public struct DeviceDirectory: Sendable {
         try write(recordPath, try record.encoded(macKey: macKey))
     }
 
-    /// Destroys the effaceable key and the keybag.
+    /// Destroys the effaceable key and the keybag, and any temporary copy
+    /// an interrupted write left behind.
     func efface() throws {
         do {
             if fileSystem.exists(effaceablePath) { try fileSystem.shred(effaceablePath) }
             try fileSystem.remove(keybagPath)
+            for name in try fileSystem.contentsOfDirectory(path) where name.contains(".tmp-") {
+                try fileSystem.shred(path + "/" + name)
+            }
         } catch let error as IOError {
             throw DeviceError.io(error)
         }

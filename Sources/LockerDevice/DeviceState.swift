@@ -1,7 +1,6 @@
 public import LockerFormat
 
-/// The states of the simulated device. See ../docs/architecture.md and the
-/// protection semantics table.
+/// The states of the simulated device. See docs/architecture.md.
 public enum DeviceState: String, Sendable, Codable, CaseIterable {
     /// After boot (agent start), before the first unlock. Only class D and
     /// class B's public key are usable.

@@ -75,6 +75,20 @@ public struct FileSystem: Sendable {
         try syncDirectory(Self.directory(of: path))
     }
 
+    /// The names in a directory, without `.` and `..`.
+    public func contentsOfDirectory(_ path: String) throws -> [String] {
+        guard let dir = opendir(path) else { throw IOError("opendir", path: path, errno: errno) }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
     /// Whether something exists at `path`.
     public func exists(_ path: String) -> Bool {
         var st = stat()

@@ -15,8 +15,9 @@ public struct DeviceRecord: Sendable, Equatable {
     /// A MAC of the last wrong passcode, so that repeating it is not
     /// counted again; all zero when there is none.
     public var lastWrongPasscodeTag: [UInt8]
-    /// The generation of the current keybag. A keybag with any other
-    /// generation is a rollback or a forgery.
+    /// The generation of the current keybag. An older keybag is a
+    /// rollback; one exactly one ahead is a rewrite interrupted before the
+    /// record was updated, and the device completes it.
     public var keybagGeneration: UInt64
     /// Whether the device was wiped.
     public var wiped: Bool
