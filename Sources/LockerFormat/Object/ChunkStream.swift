@@ -1,0 +1,172 @@
+public import LockerCrypto
+
+/// The layout of an object's data file. See docs/format.md, "Data file".
+///
+/// The plaintext is cut into chunks of `chunkSize` bytes (the last may be
+/// shorter; an empty object has one empty chunk). Each chunk becomes one
+/// record: AES-256-GCM under the chunk key of `mode || payload`, where mode
+/// 1 means the payload is an LZ4 block and mode 0 that it is the raw chunk
+/// (used when LZ4 does not shrink it). The nonce is an 11-byte big-endian
+/// chunk counter and a flag byte: 1 on the final chunk, 0 otherwise, as in
+/// the STREAM construction. After the last record comes the index: the
+/// record lengths as big-endian u32, sealed with the counter equal to the
+/// chunk count and flag 2.
+public enum ChunkLayout {
+    /// Chunk sizes a reader accepts: powers of two from 16 KiB to 4 MiB.
+    public static let allowedChunkSizes: Set<UInt32> = Set((14...22).map { UInt32(1) << UInt32($0) })
+    /// The chunk size new objects use. See docs/performance.md for the
+    /// measurement behind it.
+    public static let defaultChunkSize: UInt32 = 256 << 10
+    /// The largest object: 2^48 bytes (256 TiB).
+    public static let maxPlaintextLength: UInt64 = 1 << 48
+
+    static let finalFlag: UInt8 = 1
+    static let indexFlag: UInt8 = 2
+    /// Mode byte and tag around each payload.
+    public static let recordOverhead = 1 + AESGCM.tagByteCount
+
+    public static func chunkCount(plaintextLength: UInt64, chunkSize: UInt32) -> UInt64 {
+        plaintextLength == 0 ? 1 : (plaintextLength + UInt64(chunkSize) - 1) / UInt64(chunkSize)
+    }
+
+    /// The plaintext length of chunk `index`.
+    public static func chunkLength(index: UInt64, plaintextLength: UInt64, chunkSize: UInt32) -> Int {
+        let start = index * UInt64(chunkSize)
+        return Int(min(UInt64(chunkSize), plaintextLength - min(start, plaintextLength)))
+    }
+
+    /// The largest record a chunk of this size can take.
+    public static func maxRecordLength(chunkSize: UInt32) -> Int { Int(chunkSize) + recordOverhead }
+
+    /// The sealed index's length for `chunkCount` chunks.
+    public static func indexLength(chunkCount: UInt64) -> UInt64 { chunkCount * 4 + UInt64(AESGCM.tagByteCount) }
+
+    /// The data-file lengths a header may claim for these parameters.
+    public static func dataLengthBounds(plaintextLength: UInt64, chunkSize: UInt32) throws -> ClosedRange<UInt64> {
+        let n = chunkCount(plaintextLength: plaintextLength, chunkSize: chunkSize)
+        let index = indexLength(chunkCount: n)
+        // A record's payload is at least one byte of LZ4 (or nothing for an
+        // empty chunk) and at most the raw chunk.
+        let low = n * UInt64(recordOverhead) + index
+        let high = plaintextLength + n * UInt64(recordOverhead) + index
+        return low...high
+    }
+
+    static func nonce(counter: UInt64, flag: UInt8) -> AESGCM.Nonce {
+        var bytes = [UInt8](repeating: 0, count: 12)
+        for i in 0..<8 { bytes[3 + i] = UInt8(truncatingIfNeeded: counter >> (8 * UInt64(7 - i))) }
+        bytes[11] = flag
+        return try! AESGCM.Nonce(bytes)  // always 12 bytes
+    }
+
+    /// The key that seals chunks, derived from the file key.
+    public static func chunkKey(fileKey: SecretBytes) throws -> SecretBytes {
+        try HKDF.deriveKey(inputKeyMaterial: fileKey, info: Array("locker v1 chunk".utf8), outputByteCount: 32)
+    }
+
+    /// The key of the header MAC, derived from the file key.
+    public static func headerMACKey(fileKey: SecretBytes) throws -> SecretBytes {
+        try HKDF.deriveKey(inputKeyMaterial: fileKey, info: Array("locker v1 header mac".utf8), outputByteCount: 32)
+    }
+}
+
+/// Turns chunks into records: compress, then seal in place. One per
+/// thread; buffers are the caller's, so nothing is allocated per chunk.
+public final class ChunkSealer {
+    private let cipher: AESGCMCipher
+
+    public init(chunkKey: SecretBytes) throws {
+        cipher = try AESGCMCipher(key: chunkKey)
+    }
+
+    /// Seals chunk `index` from `plaintext` into `record`, which must hold
+    /// ``ChunkLayout/maxRecordLength(chunkSize:)`` bytes, and returns the
+    /// record's length.
+    public func seal(_ plaintext: UnsafeRawBufferPointer, index: UInt64, isFinal: Bool,
+                     into record: UnsafeMutableRawBufferPointer) throws -> Int {
+        precondition(record.count >= plaintext.count + ChunkLayout.recordOverhead, "record buffer too small")
+        let payload = UnsafeMutableRawBufferPointer(rebasing: record[1..<(1 + max(0, plaintext.count - 1))])
+        let payloadLength: Int
+        if let compressed = LZ4Block.compress(plaintext, into: payload) {
+            record[0] = 1
+            payloadLength = compressed
+        } else {
+            record[0] = 0
+            if plaintext.count > 0 {
+                UnsafeMutableRawBufferPointer(rebasing: record[1..<(1 + plaintext.count)]).copyMemory(from: plaintext)
+            }
+            payloadLength = plaintext.count
+        }
+        let body = UnsafeRawBufferPointer(rebasing: record[..<(1 + payloadLength)])
+        try cipher.seal(body, nonce: ChunkLayout.nonce(counter: index, flag: isFinal ? ChunkLayout.finalFlag : 0),
+                        authenticating: UnsafeRawBufferPointer(start: nil, count: 0), into: record)
+        return 1 + payloadLength + AESGCM.tagByteCount
+    }
+
+    /// Seals the index of record lengths.
+    public func sealIndex(_ lengths: [UInt32]) throws -> [UInt8] {
+        var plain = ByteWriter(capacity: lengths.count * 4)
+        for length in lengths { plain.write(length) }
+        var out = [UInt8](repeating: 0, count: plain.bytes.count + AESGCM.tagByteCount)
+        try plain.bytes.withUnsafeBytes { input in
+            try out.withUnsafeMutableBytes { output in
+                try cipher.seal(input, nonce: ChunkLayout.nonce(counter: UInt64(lengths.count), flag: ChunkLayout.indexFlag),
+                                authenticating: UnsafeRawBufferPointer(start: nil, count: 0), into: output)
+            }
+        }
+        return out
+    }
+}
+
+/// Turns records back into chunks. Nothing it returns was not
+/// authenticated first.
+public final class ChunkOpener {
+    private let cipher: AESGCMCipher
+
+    public init(chunkKey: SecretBytes) throws {
+        cipher = try AESGCMCipher(key: chunkKey)
+    }
+
+    /// Opens record `index` (decrypting in place in `record`) and writes
+    /// exactly `output.count` plaintext bytes to `output`.
+    ///
+    /// Throws ``CryptoError/authenticationFailure`` if the record is not
+    /// chunk `index` of this object with this finality, and
+    /// ``FormatError`` if an authenticated record does not decode to the
+    /// expected length.
+    public func open(_ record: UnsafeMutableRawBufferPointer, index: UInt64, isFinal: Bool,
+                     into output: UnsafeMutableRawBufferPointer) throws {
+        guard record.count >= ChunkLayout.recordOverhead, record.count <= output.count + ChunkLayout.recordOverhead else {
+            throw CryptoError.authenticationFailure
+        }
+        let length = try cipher.open(UnsafeRawBufferPointer(record),
+                                     nonce: ChunkLayout.nonce(counter: index, flag: isFinal ? ChunkLayout.finalFlag : 0),
+                                     authenticating: UnsafeRawBufferPointer(start: nil, count: 0), into: record)
+        let payload = UnsafeRawBufferPointer(rebasing: record[1..<length])
+        switch record[0] {
+        case 0:
+            guard payload.count == output.count else { throw FormatError.invalidField("chunk length") }
+            if payload.count > 0 { output.copyMemory(from: payload) }
+        case 1:
+            try LZ4Block.decompress(payload, into: output)
+        default:
+            throw FormatError.invalidField("chunk mode")
+        }
+    }
+
+    /// Opens the index and returns the record lengths.
+    public func openIndex(_ sealed: [UInt8], chunkCount: UInt64) throws -> [UInt32] {
+        guard UInt64(sealed.count) == ChunkLayout.indexLength(chunkCount: chunkCount) else {
+            throw CryptoError.authenticationFailure
+        }
+        var plain = [UInt8](repeating: 0, count: sealed.count - AESGCM.tagByteCount)
+        try sealed.withUnsafeBytes { input in
+            try plain.withUnsafeMutableBytes { output in
+                _ = try cipher.open(input, nonce: ChunkLayout.nonce(counter: chunkCount, flag: ChunkLayout.indexFlag),
+                                    authenticating: UnsafeRawBufferPointer(start: nil, count: 0), into: output)
+            }
+        }
+        var r = ByteReader(plain)
+        return try (0..<chunkCount).map { _ in try r.readUInt32() }
+    }
+}

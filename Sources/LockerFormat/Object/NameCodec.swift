@@ -1,0 +1,107 @@
+internal import LockerCrypto
+
+/// Encrypted names. A name is sealed deterministically so that it can be
+/// looked up: the nonce is the first 12 bytes of
+/// `HMAC-SHA256(nameNonceKey, parentID || name)`, the associated data is
+/// the parent directory's ID, and the on-disk name is the unpadded
+/// base64url of `nonce || ciphertext || tag`. Opening checks the tag and
+/// that the nonce is the one the name implies (a synthetic-IV check).
+///
+/// Encoded names longer than ``maxEncodedLength`` are stored under
+/// `L.` + base64url(SHA-256(encoded)) and the full encoded name lives in
+/// the entry's own record.
+public enum NameCodec {
+    /// The longest plaintext name component, in bytes.
+    public static let maxNameLength = 1024
+    /// The longest file name written as is; longer ones are hashed.
+    public static let maxEncodedLength = 200
+    /// The prefix of a hashed (long) name.
+    public static let longNamePrefix = "L."
+
+    /// The encoded form of `name` in the directory `parentID`.
+    public static func encode(_ name: String, parentID: [UInt8], keys: MetadataKeys) throws -> String {
+        let plain = Array(name.utf8)
+        let nonceBytes = Array(try HMAC.authenticationCode(for: parentID + plain, key: keys.nameNonceKey).prefix(12))
+        let sealed = try AESGCM.seal(plain, key: keys.nameKey, nonce: AESGCM.Nonce(nonceBytes), authenticating: parentID)
+        return Base64URL.encode(nonceBytes + sealed)
+    }
+
+    /// The file name an entry is stored under: the encoded name, or its
+    /// hash when too long.
+    public static func fileName(forEncoded encoded: String) throws -> String {
+        guard encoded.utf8.count > maxEncodedLength else { return encoded }
+        return longNamePrefix + Base64URL.encode(try Digest.hash(.sha256, Array(encoded.utf8)))
+    }
+
+    /// Decodes an encoded name. Throws ``CryptoError/authenticationFailure``
+    /// for anything this store did not write for this parent.
+    public static func decode(_ encoded: String, parentID: [UInt8], keys: MetadataKeys) throws -> String {
+        guard let raw = Base64URL.decode(encoded), raw.count >= 12 + AESGCM.tagByteCount else {
+            throw CryptoError.authenticationFailure
+        }
+        let nonceBytes = Array(raw[..<12])
+        let plain = try AESGCM.open(Array(raw[12...]), key: keys.nameKey, nonce: AESGCM.Nonce(nonceBytes),
+                                    authenticating: parentID)
+        let expected = Array(try HMAC.authenticationCode(for: parentID + plain, key: keys.nameNonceKey).prefix(12))
+        guard constantTimeEquals(expected, nonceBytes) else { throw CryptoError.authenticationFailure }
+        guard let name = String(validating: plain, as: UTF8.self) else { throw CryptoError.authenticationFailure }
+        return name
+    }
+}
+
+/// Unpadded base64url (RFC 4648 §5).
+public enum Base64URL {
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+
+    public static func encode(_ bytes: [UInt8]) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity((bytes.count * 4 + 2) / 3)
+        var i = 0
+        while i + 3 <= bytes.count {
+            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
+            for shift in [18, 12, 6, 0] { out.append(alphabet[Int(v >> UInt32(shift) & 63)]) }
+            i += 3
+        }
+        let rest = bytes.count - i
+        if rest == 1 {
+            let v = UInt32(bytes[i]) << 16
+            out.append(alphabet[Int(v >> 18 & 63)])
+            out.append(alphabet[Int(v >> 12 & 63)])
+        } else if rest == 2 {
+            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8
+            out.append(alphabet[Int(v >> 18 & 63)])
+            out.append(alphabet[Int(v >> 12 & 63)])
+            out.append(alphabet[Int(v >> 6 & 63)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public static func decode(_ text: String) -> [UInt8]? {
+        var values: [UInt8] = []
+        for c in text.utf8 {
+            switch c {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): values.append(c - UInt8(ascii: "A"))
+            case UInt8(ascii: "a")...UInt8(ascii: "z"): values.append(c - UInt8(ascii: "a") + 26)
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): values.append(c - UInt8(ascii: "0") + 52)
+            case UInt8(ascii: "-"): values.append(62)
+            case UInt8(ascii: "_"): values.append(63)
+            default: return nil
+            }
+        }
+        if values.count % 4 == 1 { return nil }
+        var out: [UInt8] = []
+        var i = 0
+        while i < values.count {
+            let n = min(4, values.count - i)
+            var v: UInt32 = 0
+            for j in 0..<4 { v = v << 6 | (j < n ? UInt32(values[i + j]) : 0) }
+            let bytes = [UInt8(v >> 16 & 0xff), UInt8(v >> 8 & 0xff), UInt8(v & 0xff)]
+            out.append(contentsOf: bytes.prefix(n - 1))
+            // Non-canonical trailing bits would give two spellings of one
+            // name; refuse them.
+            if n < 4, bytes[n - 1] != 0 { return nil }
+            i += 4
+        }
+        return out
+    }
+}

@@ -1,0 +1,205 @@
+public import LockerCrypto
+
+/// Where an object's class came from.
+public enum ProtectionSource: Sendable, Equatable {
+    /// Given explicitly when the object was created or by `setclass`.
+    case explicit
+    /// Inherited from the default of the directory at this path.
+    case inherited(String)
+    /// The store's default.
+    case storeDefault
+
+    /// As `stat` prints it: `explicit`, `inherited:/dir`, `storeDefault`.
+    public var description: String {
+        switch self {
+        case .explicit: "explicit"
+        case .inherited(let path): "inherited:" + path
+        case .storeDefault: "storeDefault"
+        }
+    }
+}
+
+/// An object's header: its namespace entry. One small file, sealed under
+/// the metadata record key, that names the object's data file and carries
+/// the wrapped file key. See docs/format.md, "Object header".
+public struct ObjectHeader: Sendable, Equatable {
+    public static let magic: [UInt8] = Array("LKOH".utf8)
+    public static let objectIDByteCount = 16
+    public static let compressionLZ4: UInt8 = 1
+
+    /// The directory this entry lives in, and its name there. A header
+    /// found under any other name or directory is refused.
+    public var parentID: [UInt8]
+    public var name: String
+    public var protectionSource: ProtectionSource
+    public var wrappedKey: WrappedFileKey
+    /// Names the data file, and changes with every version.
+    public var objectID: [UInt8]
+    public var chunkSize: UInt32
+    public var plaintextLength: UInt64
+    /// The size of the data file: every chunk record, then the index.
+    public var dataLength: UInt64
+    public var compression: UInt8
+    /// Nanoseconds since 1970.
+    public var created: Int64
+    public var modified: Int64
+    /// HMAC-SHA256 under a key derived from the file key, over the fields
+    /// that bind the data to the key (see ``macInput``).
+    public var headerMAC: [UInt8]
+
+    public init(parentID: [UInt8], name: String, protectionSource: ProtectionSource, wrappedKey: WrappedFileKey,
+                objectID: [UInt8], chunkSize: UInt32, plaintextLength: UInt64, dataLength: UInt64,
+                compression: UInt8 = ObjectHeader.compressionLZ4, created: Int64, modified: Int64, headerMAC: [UInt8]) {
+        self.parentID = parentID
+        self.name = name
+        self.protectionSource = protectionSource
+        self.wrappedKey = wrappedKey
+        self.objectID = objectID
+        self.chunkSize = chunkSize
+        self.plaintextLength = plaintextLength
+        self.dataLength = dataLength
+        self.compression = compression
+        self.created = created
+        self.modified = modified
+        self.headerMAC = headerMAC
+    }
+
+    public var protectionClass: ProtectionClass { wrappedKey.protectionClass }
+
+    /// The number of chunks: at least one (an empty object has one empty,
+    /// final chunk).
+    public var chunkCount: UInt64 { ChunkLayout.chunkCount(plaintextLength: plaintextLength, chunkSize: chunkSize) }
+
+    /// The bytes the header MAC covers: object ID, chunk size, plaintext
+    /// length, data length, compression, created.
+    public var macInput: [UInt8] {
+        var w = ByteWriter(capacity: 64)
+        w.write(Array("locker v1 header".utf8))
+        w.write(objectID)
+        w.write(chunkSize)
+        w.write(plaintextLength)
+        w.write(dataLength)
+        w.write(compression)
+        w.write(UInt64(bitPattern: created))
+        return w.bytes
+    }
+
+    /// Computes the header MAC with `fileKey`.
+    public func computeMAC(fileKey: SecretBytes) throws -> [UInt8] {
+        try HMAC.authenticationCode(for: macInput, key: ChunkLayout.headerMACKey(fileKey: fileKey))
+    }
+
+    /// Checks the header MAC; throws ``CryptoError/authenticationFailure``.
+    public func verifyMAC(fileKey: SecretBytes) throws {
+        guard constantTimeEquals(try computeMAC(fileKey: fileKey), headerMAC) else {
+            throw CryptoError.authenticationFailure
+        }
+    }
+
+    public func sealed(with keys: MetadataKeys) throws -> [UInt8] {
+        try validate()
+        var w = ByteWriter(capacity: 512)
+        w.write(parentID)
+        w.writeString(name)
+        switch protectionSource {
+        case .explicit: w.write(UInt8(0)); w.writeString("")
+        case .inherited(let path): w.write(UInt8(1)); w.writeString(path)
+        case .storeDefault: w.write(UInt8(2)); w.writeString("")
+        }
+        wrappedKey.encode(into: &w)
+        w.write(objectID)
+        w.write(chunkSize)
+        w.write(plaintextLength)
+        w.write(dataLength)
+        w.write(compression)
+        w.write(UInt64(bitPattern: created))
+        w.write(UInt64(bitPattern: modified))
+        w.write(headerMAC)
+        return try SealedRecord.seal(magic: Self.magic, body: w.bytes, key: keys.recordKey)
+    }
+
+    public static func open(_ bytes: [UInt8], with keys: MetadataKeys) throws -> ObjectHeader {
+        let body = try SealedRecord.open(bytes, magic: magic, key: keys.recordKey)
+        var r = ByteReader(body)
+        let parentID = try r.read(DirectoryRecord.directoryIDByteCount)
+        let name = try r.readString(max: NameCodec.maxNameLength)
+        let sourceKind = try r.readUInt8()
+        let sourcePath = try r.readString(max: 64 << 10)
+        let source: ProtectionSource
+        switch sourceKind {
+        case 0: source = .explicit
+        case 1: source = .inherited(sourcePath)
+        case 2: source = .storeDefault
+        default: throw FormatError.invalidField("protection source")
+        }
+        let wrapped = try WrappedFileKey.decode(from: &r)
+        let header = ObjectHeader(
+            parentID: parentID, name: name, protectionSource: source, wrappedKey: wrapped,
+            objectID: try r.read(objectIDByteCount), chunkSize: try r.readUInt32(), plaintextLength: try r.readUInt64(),
+            dataLength: try r.readUInt64(), compression: try r.readUInt8(),
+            created: Int64(bitPattern: try r.readUInt64()), modified: Int64(bitPattern: try r.readUInt64()),
+            headerMAC: try r.read(32))
+        try r.expectEnd()
+        try header.validate()
+        return header
+    }
+
+    public func validate() throws {
+        guard parentID.count == DirectoryRecord.directoryIDByteCount, objectID.count == Self.objectIDByteCount,
+              headerMAC.count == 32
+        else { throw FormatError.invalidField("header ids") }
+        guard ChunkLayout.allowedChunkSizes.contains(chunkSize) else { throw FormatError.invalidField("chunk size") }
+        guard compression == Self.compressionLZ4 else { throw FormatError.invalidField("compression") }
+        guard plaintextLength <= ChunkLayout.maxPlaintextLength else { throw FormatError.invalidField("length") }
+        let expected = try ChunkLayout.dataLengthBounds(plaintextLength: plaintextLength, chunkSize: chunkSize)
+        guard expected.contains(dataLength) else { throw FormatError.invalidField("data length") }
+    }
+}
+
+/// A directory's record, in the file `.dir` inside it.
+public struct DirectoryRecord: Sendable, Equatable {
+    public static let magic: [UInt8] = Array("LKDI".utf8)
+    public static let directoryIDByteCount = 16
+    /// The parent ID of the root directory.
+    public static let rootParentID = [UInt8](repeating: 0, count: 16)
+
+    public var directoryID: [UInt8]
+    /// The directory's name in its parent ("" for the root).
+    public var name: String
+    /// The class new objects below inherit, if set.
+    public var defaultClass: ProtectionClass?
+    public var created: Int64
+
+    public init(directoryID: [UInt8], name: String, defaultClass: ProtectionClass?, created: Int64) {
+        self.directoryID = directoryID
+        self.name = name
+        self.defaultClass = defaultClass
+        self.created = created
+    }
+
+    public func sealed(with keys: MetadataKeys) throws -> [UInt8] {
+        precondition(directoryID.count == Self.directoryIDByteCount, "directory ID must be 16 bytes")
+        var w = ByteWriter(capacity: 128)
+        w.write(directoryID)
+        w.writeString(name)
+        w.write(defaultClass?.rawValue ?? 0)
+        w.write(UInt64(bitPattern: created))
+        return try SealedRecord.seal(magic: Self.magic, body: w.bytes, key: keys.recordKey)
+    }
+
+    public static func open(_ bytes: [UInt8], with keys: MetadataKeys) throws -> DirectoryRecord {
+        let body = try SealedRecord.open(bytes, magic: magic, key: keys.recordKey)
+        var r = ByteReader(body)
+        let id = try r.read(directoryIDByteCount)
+        let name = try r.readString(max: NameCodec.maxNameLength)
+        let raw = try r.readUInt8()
+        let cls: ProtectionClass?
+        if raw == 0 { cls = nil } else {
+            guard let c = ProtectionClass(rawValue: raw) else { throw FormatError.invalidField("default class") }
+            cls = c
+        }
+        let created = Int64(bitPattern: try r.readUInt64())
+        try r.expectEnd()
+        return DirectoryRecord(directoryID: id, name: name, defaultClass: cls, created: created)
+    }
+}
