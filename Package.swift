@@ -15,6 +15,7 @@ let package = Package(
     products: [
         .library(name: "LockerCrypto", targets: ["LockerCrypto"]),
         .library(name: "LockerFormat", targets: ["LockerFormat"]),
+        .library(name: "Locker", targets: ["Locker"]),
         .executable(name: "locker", targets: ["locker"]),
         .executable(name: "locker-agent-host", targets: ["agent-host"]),
     ],
@@ -37,6 +38,9 @@ let package = Package(
         .target(name: "LockerIO"),
         // The simulated device: keybag, passcode policy, state machine.
         .target(name: "LockerDevice", dependencies: ["LockerCrypto", "LockerFormat", "LockerIO"]),
+        // The store: namespace, objects, chunk pipeline; the module apps
+        // import.
+        .target(name: "Locker", dependencies: ["LockerCrypto", "LockerFormat", "LockerIO", "LockerDevice"]),
         // The agent: holds a booted device for the CLI, over a Unix socket.
         .target(
             name: "LockerAgent",
@@ -58,6 +62,10 @@ let package = Package(
             name: "LockerCryptoTests",
             dependencies: ["LockerCrypto"],
             resources: [.copy("Vectors")]
+        ),
+        .testTarget(
+            name: "LockerTests",
+            dependencies: ["Locker", "LockerDevice", "LockerFormat", "LockerCrypto", "LockerIO"]
         ),
         .testTarget(
             name: "LockerDeviceTests",

@@ -1,0 +1,258 @@
+internal import Dispatch
+internal import LockerCrypto
+internal import LockerFormat
+internal import LockerIO
+internal import Foundation
+
+/// Runs `body` for 0..<count on all cores and rethrows the first error.
+func parallelFor(_ count: Int, _ body: (Int) throws -> Void) throws {
+    if count == 1 {
+        try body(0)
+        return
+    }
+    let errors = UnsafeMutableBufferPointer<(any Error)?>.allocate(capacity: count)
+    errors.initialize(repeating: nil)
+    defer { errors.deallocate() }
+    // Each iteration writes only its own slot, and everything `body`
+    // touches is owned by the caller for the duration of this call.
+    withoutActuallyEscaping(body) { escapable in
+        let shared = Unchecked((escapable, errors))
+        DispatchQueue.concurrentPerform(iterations: count) { i in
+            let (run, slots) = shared.value
+            do { try run(i) } catch { slots[i] = error }
+        }
+    }
+    if let error = errors.compactMap({ $0 }).first { throw error }
+}
+
+/// Carries a value into a concurrent closure whose safety the caller
+/// guarantees.
+struct Unchecked<T>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
+}
+
+/// Writes an object's data file: reads the source in batches of chunks,
+/// compresses and seals the chunks of a batch on all cores, and writes the
+/// previous batch while the next one is sealed. Memory is bounded by two
+/// batches, whatever the object's size.
+final class ObjectWriter {
+    struct Result {
+        var plaintextLength: UInt64
+        var dataLength: UInt64
+    }
+
+    private let chunkSize: Int
+    private let batch: Int
+    private let sealers: [ChunkSealer]
+    private let input: SensitiveBuffer
+    private let records: [[SensitiveBuffer]]
+    private var lengths: [UInt32] = []
+
+    init(chunkKey: SecretBytes, chunkSize: UInt32, workers: Int) throws {
+        self.chunkSize = Int(chunkSize)
+        let batch = max(2, workers * 2)
+        self.batch = batch
+        sealers = try (0..<batch).map { _ in try ChunkSealer(chunkKey: chunkKey) }
+        input = SensitiveBuffer(count: batch * Int(chunkSize))
+        let recordLength = ChunkLayout.maxRecordLength(chunkSize: chunkSize)
+        records = (0..<2).map { _ in (0..<batch).map { _ in SensitiveBuffer(count: recordLength) } }
+    }
+
+    /// Streams `source` (which returns how many bytes it put in the buffer,
+    /// 0 at the end) into `file`.
+    func write(from source: (UnsafeMutableRawBufferPointer) throws -> Int, to file: DataFile,
+               progress: ((UInt64) -> Void)?) throws -> Result {
+        var total: UInt64 = 0
+        var dataLength: UInt64 = 0
+        var chunkIndex: UInt64 = 0
+        var carry: UInt8?
+        var finished = false
+        var set = 0
+        let writes = DispatchQueue(label: "locker.object-writer")
+        // One group per record set: sealing into a set waits only for the
+        // write that last used it, so batch k+1 is sealed while batch k is
+        // written.
+        let pending = [DispatchGroup(), DispatchGroup()]
+        let writeState = WriteState(file: file)
+        let recordLengths = UnsafeMutableBufferPointer<Int>.allocate(capacity: batch)
+        recordLengths.initialize(repeating: 0)
+        defer { recordLengths.deallocate() }
+
+        while !finished {
+            // Fill the batch; a carried byte is the one read to learn that
+            // the previous batch was not the end.
+            var filled = 0
+            if let byte = carry {
+                input.bytes[0] = byte
+                filled = 1
+                carry = nil
+            }
+            while filled < input.bytes.count {
+                let n = try source(UnsafeMutableRawBufferPointer(rebasing: input.bytes[filled...]))
+                if n == 0 { break }
+                filled += n
+            }
+            var atEnd = filled < input.bytes.count
+            if !atEnd {
+                var probe: UInt8 = 0
+                let n = try withUnsafeMutableBytes(of: &probe) { try source($0) }
+                if n == 0 { atEnd = true } else { carry = probe }
+            }
+            let chunksHere = max(filled == 0 && chunkIndex == 0 ? 1 : 0, (filled + chunkSize - 1) / chunkSize)
+            if chunksHere == 0 {
+                // The source ended exactly at the previous batch boundary,
+                // which was then written as not final: impossible, because
+                // the probe byte would have found the end.
+                preconditionFailure("empty batch after a non-final one")
+            }
+            // Wait until the write that last used this record set is done.
+            pending[set].wait()
+            if let error = writeState.error { throw error }
+            let targets = records[set]
+            let base = chunkIndex
+            try parallelFor(chunksHere) { i in
+                let start = i * chunkSize
+                let length = min(chunkSize, filled - start)
+                let plain = UnsafeRawBufferPointer(rebasing: input.bytes[start..<(start + max(0, length))])
+                let isFinal = atEnd && i == chunksHere - 1
+                recordLengths[i] = try sealers[i].seal(plain, index: base + UInt64(i), isFinal: isFinal, into: targets[i].bytes)
+            }
+            for i in 0..<chunksHere {
+                lengths.append(UInt32(recordLengths[i]))
+                dataLength += UInt64(recordLengths[i])
+            }
+            let job = WriteJob(records: (0..<chunksHere).map { UnsafeRawBufferPointer(rebasing: targets[$0].bytes[..<recordLengths[$0]]) })
+            let group = pending[set]
+            group.enter()
+            writes.async {
+                defer { group.leave() }
+                writeState.write(job)
+            }
+            set ^= 1
+            chunkIndex += UInt64(chunksHere)
+            total += UInt64(filled)
+            progress?(total)
+            finished = atEnd
+        }
+        pending.forEach { $0.wait() }
+        if let error = writeState.error { throw error }
+        let index = try sealers[0].sealIndex(lengths)
+        try index.withUnsafeBytes { try file.write($0) }
+        dataLength += UInt64(index.count)
+        try file.sync()
+        return Result(plaintextLength: total, dataLength: dataLength)
+    }
+}
+
+/// Records of one batch, handed to the write queue. The buffers belong to
+/// the writer, which does not touch them until the write is done.
+struct WriteJob: @unchecked Sendable {
+    let records: [UnsafeRawBufferPointer]
+}
+
+/// The data file as the write queue sees it, and the first write error.
+final class WriteState: @unchecked Sendable {
+    private let file: DataFile
+    private let lock = NSLock()
+    private var firstError: (any Error)?
+
+    init(file: DataFile) { self.file = file }
+
+    var error: (any Error)? { lock.withLock { firstError } }
+
+    func write(_ job: WriteJob) {
+        guard error == nil else { return }
+        do {
+            for record in job.records { try file.write(record) }
+        } catch {
+            lock.withLock { firstError = firstError ?? error }
+        }
+    }
+}
+
+/// Reads an object's data file: authenticates the index, then opens the
+/// chunks a range needs, a batch at a time on all cores. Stops at the first
+/// failure; nothing unauthenticated reaches the sink.
+final class ObjectReader {
+    private let header: ObjectHeader
+    private let file: DataFile
+    private let openers: [ChunkOpener]
+    private let batch: Int
+    private var offsets: [UInt64] = []
+    private var lengths: [UInt32] = []
+
+    init(header: ObjectHeader, fileKey: SecretBytes, file: DataFile, workers: Int) throws {
+        self.header = header
+        self.file = file
+        let batch = max(2, workers * 2)
+        self.batch = batch
+        let chunkKey = try ChunkLayout.chunkKey(fileKey: fileKey)
+        openers = try (0..<batch).map { _ in try ChunkOpener(chunkKey: chunkKey) }
+        try loadIndex(using: openers[0])
+    }
+
+    private func loadIndex(using opener: ChunkOpener) throws {
+        let count = header.chunkCount
+        guard try file.size() == header.dataLength else { throw CryptoError.authenticationFailure }
+        let indexLength = ChunkLayout.indexLength(chunkCount: count)
+        guard indexLength <= header.dataLength, indexLength <= 64 << 20 else { throw CryptoError.authenticationFailure }
+        var sealed = [UInt8](repeating: 0, count: Int(indexLength))
+        try sealed.withUnsafeMutableBytes { try file.read(into: $0, at: header.dataLength - indexLength) }
+        lengths = try opener.openIndex(sealed, chunkCount: count)
+        var offset: UInt64 = 0
+        let maxRecord = UInt64(ChunkLayout.maxRecordLength(chunkSize: header.chunkSize))
+        offsets.reserveCapacity(lengths.count)
+        for length in lengths {
+            guard UInt64(length) >= UInt64(ChunkLayout.recordOverhead), UInt64(length) <= maxRecord else {
+                throw CryptoError.authenticationFailure
+            }
+            offsets.append(offset)
+            offset += UInt64(length)
+        }
+        guard offset == header.dataLength - indexLength else { throw CryptoError.authenticationFailure }
+    }
+
+    /// Sends the plaintext bytes in `range` to `sink`, in order.
+    func read(_ range: Range<UInt64>, into sink: (UnsafeRawBufferPointer) throws -> Void) throws {
+        let chunkSize = UInt64(header.chunkSize)
+        let count = header.chunkCount
+        // An empty read still authenticates the empty object's one chunk.
+        let first = range.isEmpty ? 0 : range.lowerBound / chunkSize
+        let last = range.isEmpty ? (header.plaintextLength == 0 ? 0 : UInt64.max) : (range.upperBound - 1) / chunkSize
+        guard last == UInt64.max || last < count else { throw StoreError.invalidPath("range past the end") }
+        if last == UInt64.max { return }
+        let maxRecord = ChunkLayout.maxRecordLength(chunkSize: header.chunkSize)
+        let recordBuffer = SensitiveBuffer(count: batch * maxRecord)
+        let plainBuffers = (0..<batch).map { _ in SensitiveBuffer(count: Int(chunkSize)) }
+        var index = first
+        while index <= last {
+            let n = Int(min(UInt64(batch), last - index + 1))
+            // The records of a batch are contiguous: one read.
+            let start = offsets[Int(index)]
+            let end = offsets[Int(index) + n - 1] + UInt64(lengths[Int(index) + n - 1])
+            let span = UnsafeMutableRawBufferPointer(rebasing: recordBuffer.bytes[..<Int(end - start)])
+            try file.read(into: span, at: start)
+            let batchStart = index
+            try parallelFor(n) { i in
+                let chunk = batchStart + UInt64(i)
+                let from = Int(offsets[Int(chunk)] - start)
+                let record = UnsafeMutableRawBufferPointer(rebasing: span[from..<(from + Int(lengths[Int(chunk)]))])
+                let plainLength = ChunkLayout.chunkLength(index: chunk, plaintextLength: header.plaintextLength,
+                                                          chunkSize: header.chunkSize)
+                try openers[i].open(record, index: chunk, isFinal: chunk == count - 1,
+                                    into: UnsafeMutableRawBufferPointer(rebasing: plainBuffers[i].bytes[..<plainLength]))
+            }
+            for i in 0..<n {
+                let chunk = batchStart + UInt64(i)
+                let chunkStart = chunk * chunkSize
+                let plainLength = UInt64(ChunkLayout.chunkLength(index: chunk, plaintextLength: header.plaintextLength,
+                                                                 chunkSize: header.chunkSize))
+                let lo = max(range.lowerBound, chunkStart) - chunkStart
+                let hi = min(range.upperBound, chunkStart + plainLength) - chunkStart
+                if hi > lo { try sink(UnsafeRawBufferPointer(rebasing: plainBuffers[i].bytes[Int(lo)..<Int(hi)])) }
+            }
+            index += UInt64(n)
+        }
+    }
+}

@@ -1,0 +1,657 @@
+internal import LockerCrypto
+public import LockerDevice
+public import LockerFormat
+internal import LockerIO
+internal import Foundation
+#if canImport(Glibc)
+internal import Glibc
+#endif
+
+/// An encrypted object store. See docs/format.md for its layout on disk
+/// and docs/architecture.md for how it uses the device.
+///
+/// Reads take no lock: a reader sees an object's old version or its new
+/// one, never a mix. Changes to the namespace are serialized by a
+/// store-wide lock held only while a header is replaced.
+public final class Store: @unchecked Sendable {
+    /// Tuning that does not change the format's rules.
+    public struct Options: Sendable {
+        /// The chunk size of new objects (a power of two, 16 KiB–4 MiB).
+        public var chunkSize: UInt32
+        /// How many chunks are compressed and sealed at once.
+        public var workers: Int
+
+        /// `workers` 0 means one per core.
+        public init(chunkSize: UInt32 = ChunkLayout.defaultChunkSize, workers: Int = 0) {
+            self.chunkSize = chunkSize
+            self.workers = workers > 0 ? workers : max(1, ProcessInfo.processInfo.activeProcessorCount)
+        }
+    }
+
+    public let path: String
+    public let keys: any KeyService
+    let options: Options
+    let metadata: MetadataKeys
+    let fs = FileSystem()
+
+    var namespaceRoot: String { path + "/ns" }
+    var dataDirectory: String { path + "/data" }
+    var lockPath: String { path + "/lock" }
+
+    /// Opens the store at `path`, creating its layout on first use. Throws
+    /// ``StoreError/foreignStore`` if it was made under another device.
+    public init(path: String, keys: any KeyService, options: Options = Options()) throws {
+        precondition(ChunkLayout.allowedChunkSizes.contains(options.chunkSize), "chunk size not allowed")
+        self.path = path
+        self.keys = keys
+        self.options = options
+        metadata = try MetadataKeys(metadataKey: keys.metadataKey())
+        try fs.createDirectory(path, mode: 0o700)
+        try fs.createDirectory(dataDirectory, mode: 0o700)
+        if !fs.exists(namespaceRoot + "/.dir") {
+            let lock = try StoreLock(path: lockPath)
+            if !fs.exists(namespaceRoot + "/.dir") {
+                try fs.createDirectory(namespaceRoot, mode: 0o700)
+                let root = DirectoryRecord(directoryID: try SecureRandom.bytes(16), name: "", defaultClass: nil, created: Self.now())
+                try fs.writeFileAtomically(namespaceRoot + "/.dir", root.sealed(with: metadata))
+            }
+            withExtendedLifetime(lock) {}
+        }
+        do {
+            _ = try rootDirectory()
+        } catch is StoreError {
+            throw StoreError.foreignStore
+        }
+    }
+
+    static func now() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+    }
+
+    // MARK: Namespace
+
+    /// A directory of the namespace, resolved.
+    struct Directory {
+        let fsPath: String
+        let record: DirectoryRecord
+        let storePath: StorePath
+    }
+
+    func rootDirectory() throws -> Directory {
+        Directory(fsPath: namespaceRoot, record: try readDirectoryRecord(namespaceRoot, path: .root), storePath: .root)
+    }
+
+    func readDirectoryRecord(_ fsPath: String, path: StorePath) throws -> DirectoryRecord {
+        let bytes: [UInt8]
+        do {
+            bytes = try fs.readFile(fsPath + "/.dir", limit: 8 << 10)
+        } catch let error as IOError where error.isNotFound {
+            throw StoreError.integrity(path: path.description, what: "directory record missing")
+        }
+        do {
+            return try DirectoryRecord.open(bytes, with: metadata)
+        } catch {
+            throw StoreError.integrity(path: path.description, what: "directory record")
+        }
+    }
+
+    /// The file-system path of `name` inside `directory`.
+    func entryPath(_ name: String, in directory: Directory) throws -> String {
+        let encoded = try NameCodec.encode(name, parentID: directory.record.directoryID, keys: metadata)
+        return directory.fsPath + "/" + (try NameCodec.fileName(forEncoded: encoded))
+    }
+
+    enum Kind { case missing, directory, object }
+
+    func kind(of fsPath: String) -> Kind {
+        var st = Glibc.stat()
+        guard lstat(fsPath, &st) == 0 else { return .missing }
+        return (st.st_mode & S_IFMT) == S_IFDIR ? .directory : .object
+    }
+
+    /// Resolves a directory; every component must be a directory.
+    func directory(at path: StorePath) throws -> Directory {
+        var current = try rootDirectory()
+        for (i, name) in path.components.enumerated() {
+            let sub = StorePath(components: Array(path.components[...i]))
+            let fsPath = try entryPath(name, in: current)
+            switch kind(of: fsPath) {
+            case .missing: throw StoreError.notFound(sub.description)
+            case .object: throw StoreError.notADirectory(sub.description)
+            case .directory:
+                current = Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub), storePath: sub)
+            }
+        }
+        return current
+    }
+
+    /// Every directory from the root to `path`, for inheritance.
+    func directoryChain(to path: StorePath) throws -> [Directory] {
+        var chain = [try rootDirectory()]
+        for (i, name) in path.components.enumerated() {
+            let sub = StorePath(components: Array(path.components[...i]))
+            let fsPath = try entryPath(name, in: chain.last!)
+            switch kind(of: fsPath) {
+            case .missing: throw StoreError.notFound(sub.description)
+            case .object: throw StoreError.notADirectory(sub.description)
+            case .directory:
+                chain.append(Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub), storePath: sub))
+            }
+        }
+        return chain
+    }
+
+    /// Reads and checks the header of the object `name` in `directory`.
+    func readHeader(_ fsPath: String, name: String, in directory: Directory, path: StorePath) throws -> ObjectHeader {
+        let bytes: [UInt8]
+        do {
+            bytes = try fs.readFile(fsPath, limit: 8 << 10)
+        } catch let error as IOError where error.isNotFound {
+            throw StoreError.notFound(path.description)
+        } catch let error as IOError where error.errno == EFBIG {
+            throw StoreError.integrity(path: path.description, what: "header")
+        }
+        let header: ObjectHeader
+        do {
+            header = try ObjectHeader.open(bytes, with: metadata)
+        } catch {
+            throw StoreError.integrity(path: path.description, what: "header")
+        }
+        // A header is bound to its directory and name: one moved or
+        // swapped on disk is refused.
+        guard header.parentID == directory.record.directoryID, header.name == name else {
+            throw StoreError.integrity(path: path.description, what: "header belongs elsewhere")
+        }
+        return header
+    }
+
+    /// The object at `path`, with its header.
+    func object(at path: StorePath) throws -> (directory: Directory, fsPath: String, header: ObjectHeader) {
+        guard !path.isRoot else { throw StoreError.isADirectory("/") }
+        let parent = try directory(at: path.parent)
+        let fsPath = try entryPath(path.name, in: parent)
+        switch kind(of: fsPath) {
+        case .missing: throw StoreError.notFound(path.description)
+        case .directory: throw StoreError.isADirectory(path.description)
+        case .object: return (parent, fsPath, try readHeader(fsPath, name: path.name, in: parent, path: path))
+        }
+    }
+
+    func dataPath(_ objectID: [UInt8]) -> String {
+        dataDirectory + "/" + objectID.map { String($0, radix: 16).leftPadded(2) }.joined()
+    }
+
+    /// The class a new object at `path` gets, and where it came from.
+    func inheritedClass(for path: StorePath, chain: [Directory]) throws -> (ProtectionClass, ProtectionSource) {
+        for directory in chain.reversed() {
+            if let cls = directory.record.defaultClass { return (cls, .inherited(directory.storePath.description)) }
+        }
+        return (ProtectionClass(name: try keys.status().defaultClass) ?? .completeUntilFirstUserAuthentication, .storeDefault)
+    }
+
+    // MARK: Directories
+
+    /// Creates a directory. With `parents`, missing parents are created and
+    /// an existing directory is not an error.
+    @discardableResult
+    public func makeDirectory(_ path: StorePath, defaultClass: ProtectionClass? = nil, parents: Bool = false) throws -> DirectoryInfo {
+        if path.isRoot {
+            guard parents else { throw StoreError.alreadyExists("/") }
+            return try directoryInfo(path)
+        }
+        let lock = try StoreLock(path: lockPath)
+        defer { withExtendedLifetime(lock) {} }
+        var current = try rootDirectory()
+        for (i, name) in path.components.enumerated() {
+            let sub = StorePath(components: Array(path.components[...i]))
+            let isLast = i == path.components.count - 1
+            let fsPath = try entryPath(name, in: current)
+            switch kind(of: fsPath) {
+            case .object:
+                throw StoreError.notADirectory(sub.description)
+            case .directory:
+                if isLast && !parents { throw StoreError.alreadyExists(sub.description) }
+                current = Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub), storePath: sub)
+            case .missing:
+                if !isLast && !parents { throw StoreError.notFound(sub.description) }
+                let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), name: name,
+                                             defaultClass: isLast ? defaultClass : nil, created: Self.now())
+                try createDirectoryEntry(fsPath, record: record, in: current)
+                current = Directory(fsPath: fsPath, record: record, storePath: sub)
+            }
+        }
+        if parents, let defaultClass, current.record.defaultClass != defaultClass {
+            var record = current.record
+            record.defaultClass = defaultClass
+            try fs.writeFileAtomically(current.fsPath + "/.dir", record.sealed(with: metadata))
+        }
+        return try directoryInfo(path)
+    }
+
+    /// Creates the directory in a temporary name with its record inside,
+    /// then renames it into place, so that no directory is ever seen
+    /// without its record.
+    private func createDirectoryEntry(_ fsPath: String, record: DirectoryRecord, in parent: Directory) throws {
+        let temporary = parent.fsPath + "/.tmp-dir-" + UUID().uuidString
+        try fs.createDirectory(temporary, mode: 0o700)
+        do {
+            try fs.writeFileAtomically(temporary + "/.dir", record.sealed(with: metadata))
+            guard rename(temporary, fsPath) == 0 else { throw IOError("rename", path: fsPath, errno: errno) }
+        } catch {
+            _ = unlink(temporary + "/.dir")
+            _ = rmdir(temporary)
+            throw error
+        }
+        try fs.syncDirectory(parent.fsPath)
+    }
+
+    /// Sets (or clears) a directory's default class. Existing objects keep
+    /// theirs unless `recursive`, which rewraps every object below to the
+    /// new class.
+    public func setDefaultClass(_ cls: ProtectionClass?, ofDirectory path: StorePath, recursive: Bool = false) throws {
+        let directory = try self.directory(at: path)
+        do {
+            let lock = try StoreLock(path: lockPath)
+            defer { withExtendedLifetime(lock) {} }
+            var record = directory.record
+            record.defaultClass = cls
+            try fs.writeFileAtomically(directory.fsPath + "/.dir", record.sealed(with: metadata))
+        }
+        if recursive, let cls {
+            try walk(path) { itemPath, isDirectory in
+                if !isDirectory { try setClass(itemPath, to: cls, source: .inherited(path.description)) }
+            }
+        }
+    }
+
+    // MARK: Objects
+
+    /// Changes an object's class by rewrapping its file key. The data is
+    /// not touched, so this takes the same time for any object size.
+    public func setClass(_ path: StorePath, to cls: ProtectionClass) throws {
+        try setClass(path, to: cls, source: .explicit)
+    }
+
+    func setClass(_ path: StorePath, to cls: ProtectionClass, source: ProtectionSource) throws {
+        let lock = try StoreLock(path: lockPath)
+        defer { withExtendedLifetime(lock) {} }
+        var (_, fsPath, header) = try object(at: path)
+        header.wrappedKey = try keys.rewrap(header.wrappedKey, to: cls)
+        header.protectionSource = source
+        try fs.writeFileAtomically(fsPath, header.sealed(with: metadata))
+    }
+
+    /// Removes an object, or a directory (which must be empty unless
+    /// `recursive`).
+    public func remove(_ path: StorePath, recursive: Bool = false) throws {
+        guard !path.isRoot else { throw StoreError.invalidPath("the root cannot be removed") }
+        let parent = try directory(at: path.parent)
+        let fsPath = try entryPath(path.name, in: parent)
+        switch kind(of: fsPath) {
+        case .missing:
+            throw StoreError.notFound(path.description)
+        case .object:
+            let lock = try StoreLock(path: lockPath)
+            defer { withExtendedLifetime(lock) {} }
+            let header = try? readHeader(fsPath, name: path.name, in: parent, path: path)
+            try fs.remove(fsPath)
+            if let header { try fs.remove(dataPath(header.objectID)) }
+        case .directory:
+            let names = try fs.contentsOfDirectory(fsPath).filter { $0 != ".dir" && !$0.hasPrefix(".tmp-") }
+            if !names.isEmpty {
+                guard recursive else { throw StoreError.directoryNotEmpty(path.description) }
+                for item in try list(path) { try remove(item.path, recursive: true) }
+            }
+            let lock = try StoreLock(path: lockPath)
+            defer { withExtendedLifetime(lock) {} }
+            for name in try fs.contentsOfDirectory(fsPath) { try fs.remove(fsPath + "/" + name) }
+            guard rmdir(fsPath) == 0 else {
+                if errno == ENOTEMPTY { throw StoreError.directoryNotEmpty(path.description) }
+                throw IOError("rmdir", path: fsPath, errno: errno)
+            }
+            try fs.syncDirectory(parent.fsPath)
+        }
+    }
+
+    /// Moves an object or a directory. The object keeps its class and
+    /// where it came from; fscrypt would refuse such a move, Locker keeps
+    /// the class. The destination must not exist, unless it is a directory,
+    /// into which the source then moves under its own name.
+    public func move(_ source: StorePath, to destination: StorePath) throws {
+        guard !source.isRoot else { throw StoreError.invalidPath("the root cannot be moved") }
+        var target = destination
+        let destinationParent: Directory
+        let lock = try StoreLock(path: lockPath)
+        defer { withExtendedLifetime(lock) {} }
+        if let existing = try? directory(at: destination) {
+            target = destination.appending(source.name)
+            destinationParent = existing
+        } else {
+            destinationParent = try directory(at: destination.parent)
+        }
+        guard !target.isWithin(source) else { throw StoreError.invalidPath("cannot move \(source) into itself") }
+        let targetFsPath = try entryPath(target.name, in: destinationParent)
+        guard kind(of: targetFsPath) == .missing else { throw StoreError.alreadyExists(target.description) }
+        let sourceParent = try directory(at: source.parent)
+        let sourceFsPath = try entryPath(source.name, in: sourceParent)
+        switch kind(of: sourceFsPath) {
+        case .missing:
+            throw StoreError.notFound(source.description)
+        case .object:
+            var header = try readHeader(sourceFsPath, name: source.name, in: sourceParent, path: source)
+            header.parentID = destinationParent.record.directoryID
+            header.name = target.name
+            // The new header first, then the old one goes: a crash between
+            // leaves two names for one object, never none.
+            try fs.writeFileAtomically(targetFsPath, header.sealed(with: metadata))
+            try fs.remove(sourceFsPath)
+        case .directory:
+            var record = try readDirectoryRecord(sourceFsPath, path: source)
+            guard rename(sourceFsPath, targetFsPath) == 0 else { throw IOError("rename", path: targetFsPath, errno: errno) }
+            record.name = target.name
+            try fs.writeFileAtomically(targetFsPath + "/.dir", record.sealed(with: metadata))
+            try fs.syncDirectory(sourceParent.fsPath)
+            try fs.syncDirectory(destinationParent.fsPath)
+        }
+    }
+
+    /// Stores an object from `source`, which fills the buffer it is given
+    /// and returns the count, 0 at the end. Missing parent directories are
+    /// created. The object replaces any object at `path` atomically.
+    @discardableResult
+    public func put(_ path: StorePath, protection: ProtectionClass? = nil,
+                    from source: (UnsafeMutableRawBufferPointer) throws -> Int,
+                    progress: ((UInt64) -> Void)? = nil) throws -> ObjectInfo {
+        guard !path.isRoot else { throw StoreError.isADirectory("/") }
+        let chain: [Directory]
+        do {
+            chain = try directoryChain(to: path.parent)
+        } catch StoreError.notFound {
+            try makeDirectory(path.parent, parents: true)
+            chain = try directoryChain(to: path.parent)
+        }
+        let parent = chain.last!
+        let fsPath = try entryPath(path.name, in: parent)
+        if kind(of: fsPath) == .directory { throw StoreError.isADirectory(path.description) }
+        let (cls, source0): (ProtectionClass, ProtectionSource) = try protection.map { ($0, .explicit) }
+            ?? inheritedClass(for: path, chain: chain)
+
+        let fileKey = try SecretBytes(randomCount: 32)
+        let wrapped = try keys.wrap(fileKey: fileKey, for: cls)
+        let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
+        let dataPath = dataPath(objectID)
+        let file = try DataFile.create(dataPath)
+        let result: ObjectWriter.Result
+        do {
+            let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKey), chunkSize: options.chunkSize,
+                                          workers: options.workers)
+            result = try writer.write(from: source, to: file, progress: progress)
+            file.close()
+            try fs.syncDirectory(dataDirectory)
+        } catch {
+            file.close()
+            _ = unlink(dataPath)
+            throw error
+        }
+
+        let now = Self.now()
+        var header = ObjectHeader(
+            parentID: parent.record.directoryID, name: path.name, protectionSource: source0, wrappedKey: wrapped,
+            objectID: objectID, chunkSize: options.chunkSize, plaintextLength: result.plaintextLength,
+            dataLength: result.dataLength, created: now, modified: now, headerMAC: [])
+        header.headerMAC = try header.computeMAC(fileKey: fileKey)
+
+        var replaced: ObjectHeader?
+        do {
+            let lock = try StoreLock(path: lockPath)
+            defer { withExtendedLifetime(lock) {} }
+            if kind(of: fsPath) == .directory { throw StoreError.isADirectory(path.description) }
+            if kind(of: fsPath) == .object {
+                replaced = try? readHeader(fsPath, name: path.name, in: parent, path: path)
+            }
+            try fs.writeFileAtomically(fsPath, header.sealed(with: metadata))
+        } catch {
+            _ = unlink(dataPath)
+            throw error
+        }
+        if let replaced { try? fs.remove(self.dataPath(replaced.objectID)) }
+        return try objectInfo(path, header: header, headerPath: fsPath)
+    }
+
+    /// The file key of an object: unwrapped now if its class allows, else
+    /// the one the device keeps for it while it is open.
+    func fileKey(for header: ObjectHeader) throws -> SecretBytes {
+        do {
+            return try keys.unwrap(header.wrappedKey)
+        } catch DeviceError.protectedDataUnavailable(let cls) {
+            if let key = try? keys.openFileKey(objectID: Self.hex(header.objectID)) { return key }
+            throw DeviceError.protectedDataUnavailable(cls)
+        }
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String { bytes.map { String($0, radix: 16).leftPadded(2) }.joined() }
+
+    /// Reads an object, or the bytes of `range` in it, into `sink`.
+    /// Decrypts only the chunks the range needs. A damaged object throws
+    /// ``StoreError/integrity(path:what:)`` and never yields a byte that was
+    /// not authenticated.
+    public func read(_ path: StorePath, range: Range<UInt64>? = nil,
+                     into sink: (UnsafeRawBufferPointer) throws -> Void) throws {
+        // A concurrent put may replace the object and delete the old data
+        // file between reading the header and opening the data: look again.
+        var attempt = 0
+        while true {
+            attempt += 1
+            let (_, _, header) = try object(at: path)
+            let fileKey = try fileKey(for: header)
+            do {
+                try header.verifyMAC(fileKey: fileKey)
+            } catch {
+                throw StoreError.integrity(path: path.description, what: "header MAC")
+            }
+            let file: DataFile
+            do {
+                file = try DataFile.openForReading(dataPath(header.objectID))
+            } catch let error as IOError where error.isNotFound {
+                if attempt < 5 { continue }
+                throw StoreError.integrity(path: path.description, what: "data file missing")
+            }
+            let wanted = range ?? 0..<header.plaintextLength
+            guard wanted.upperBound <= header.plaintextLength else {
+                throw StoreError.invalidPath("range \(wanted.lowerBound)-\(wanted.upperBound) is past the end of \(path) (\(header.plaintextLength) bytes)")
+            }
+            do {
+                let reader = try ObjectReader(header: header, fileKey: fileKey, file: file, workers: options.workers)
+                try reader.read(wanted, into: sink)
+            } catch is CryptoError {
+                throw StoreError.integrity(path: path.description, what: "data")
+            } catch is FormatError {
+                throw StoreError.integrity(path: path.description, what: "data")
+            } catch let error as IOError where error.errno == ENODATA {
+                throw StoreError.integrity(path: path.description, what: "data truncated")
+            }
+            return
+        }
+    }
+
+    /// Opens an object: the device keeps its file key, so a class B object
+    /// stays readable across a lock until ``close(_:)``.
+    public func open(_ path: StorePath) throws -> ObjectInfo {
+        let (_, fsPath, header) = try object(at: path)
+        let key = try keys.open(objectID: Self.hex(header.objectID), wrapped: header.wrappedKey)
+        do {
+            try header.verifyMAC(fileKey: key)
+        } catch {
+            try? keys.close(objectID: Self.hex(header.objectID))
+            throw StoreError.integrity(path: path.description, what: "header MAC")
+        }
+        return try objectInfo(path, header: header, headerPath: fsPath)
+    }
+
+    /// Closes an object opened with ``open(_:)``.
+    public func close(_ path: StorePath) throws {
+        let (_, _, header) = try object(at: path)
+        try keys.close(objectID: Self.hex(header.objectID))
+    }
+
+    // MARK: Listing and attributes
+
+    /// The entries of a directory, sorted by name.
+    public func list(_ path: StorePath) throws -> [ItemInfo] {
+        let directory = try self.directory(at: path)
+        var items: [ItemInfo] = []
+        for fileName in try fs.contentsOfDirectory(directory.fsPath) where fileName != ".dir" && !fileName.hasPrefix(".tmp-") {
+            let fsPath = directory.fsPath + "/" + fileName
+            let isDirectory = kind(of: fsPath) == .directory
+            var name: String?
+            if fileName.hasPrefix(NameCodec.longNamePrefix) {
+                if isDirectory {
+                    name = try? readDirectoryRecord(fsPath, path: path).name
+                } else if let bytes = try? fs.readFile(fsPath, limit: 8 << 10),
+                          let header = try? ObjectHeader.open(bytes, with: metadata) {
+                    name = header.name
+                }
+                // The name must hash to the file name it is stored under.
+                if let n = name,
+                   (try? NameCodec.fileName(forEncoded: NameCodec.encode(n, parentID: directory.record.directoryID, keys: metadata))) != fileName {
+                    name = nil
+                }
+            } else {
+                name = try? NameCodec.decode(fileName, parentID: directory.record.directoryID, keys: metadata)
+            }
+            guard let name else {
+                items.append(ItemInfo(path: path.appending("?" + fileName), kind: .damaged("name does not authenticate")))
+                continue
+            }
+            let itemPath = path.appending(name)
+            if isDirectory {
+                do {
+                    items.append(ItemInfo(path: itemPath, kind: .directory(try directoryInfo(itemPath))))
+                } catch {
+                    items.append(ItemInfo(path: itemPath, kind: .damaged("directory record")))
+                }
+            } else {
+                do {
+                    let header = try readHeader(fsPath, name: name, in: directory, path: itemPath)
+                    items.append(ItemInfo(path: itemPath, kind: .object(try objectInfo(itemPath, header: header, headerPath: fsPath))))
+                } catch {
+                    items.append(ItemInfo(path: itemPath, kind: .damaged("header")))
+                }
+            }
+        }
+        return items.sorted { $0.path.description < $1.path.description }
+    }
+
+    /// Calls `visit` for every entry below `path`, depth first, parents
+    /// before children.
+    public func walk(_ path: StorePath, _ visit: (StorePath, _ isDirectory: Bool) throws -> Void) throws {
+        for item in try list(path) {
+            switch item.kind {
+            case .directory:
+                try visit(item.path, true)
+                try walk(item.path, visit)
+            case .object:
+                try visit(item.path, false)
+            case .damaged(let why):
+                throw StoreError.integrity(path: item.path.description, what: why)
+            }
+        }
+    }
+
+    /// Attributes of an object or a directory.
+    public func stat(_ path: StorePath) throws -> ItemInfo {
+        if path.isRoot { return ItemInfo(path: path, kind: .directory(try directoryInfo(path))) }
+        let parent = try directory(at: path.parent)
+        let fsPath = try entryPath(path.name, in: parent)
+        switch kind(of: fsPath) {
+        case .missing: throw StoreError.notFound(path.description)
+        case .directory: return ItemInfo(path: path, kind: .directory(try directoryInfo(path)))
+        case .object:
+            let header = try readHeader(fsPath, name: path.name, in: parent, path: path)
+            return ItemInfo(path: path, kind: .object(try objectInfo(path, header: header, headerPath: fsPath)))
+        }
+    }
+
+    func directoryInfo(_ path: StorePath) throws -> DirectoryInfo {
+        let chain = try directoryChain(to: path)
+        let own = chain.last!.record.defaultClass
+        let (effective, source): (ProtectionClass, ProtectionSource) = try own.map { ($0, .explicit) }
+            ?? inheritedClass(for: path, chain: chain)
+        return DirectoryInfo(path: path, defaultClass: own, effectiveDefault: effective, defaultSource: source,
+                             created: chain.last!.record.created)
+    }
+
+    func objectInfo(_ path: StorePath, header: ObjectHeader, headerPath: String) throws -> ObjectInfo {
+        let status = try keys.status()
+        let cls = header.protectionClass
+        var accessible = status.readableClasses.contains(cls.canonicalName)
+        var reason: String?
+        if cls != .none, Int(header.wrappedKey.keyGeneration) < status.keyGeneration {
+            accessible = false
+            reason = "keyReset"
+        } else if status.openObjects.contains(where: { $0.id == Self.hex(header.objectID) }) {
+            accessible = true
+            reason = "open"
+        } else if !accessible {
+            reason = status.state == .wiped ? "wiped" : "locked (\(status.state.rawValue))"
+        }
+        let headerSize = (try? fs.readFile(headerPath, limit: 8 << 10).count) ?? 0
+        return ObjectInfo(
+            path: path, protectionClass: cls, protectionSource: header.protectionSource, accessible: accessible,
+            reason: reason, size: header.plaintextLength, storedSize: header.dataLength + UInt64(headerSize),
+            chunks: header.chunkCount, chunkSize: header.chunkSize, keyGeneration: header.wrappedKey.keyGeneration,
+            created: header.created, modified: header.modified, objectID: Self.hex(header.objectID))
+    }
+}
+
+/// What `ls` and `stat` report.
+public struct ItemInfo: Sendable {
+    public enum Kind: Sendable {
+        case object(ObjectInfo)
+        case directory(DirectoryInfo)
+        /// An entry whose name or record does not authenticate.
+        case damaged(String)
+    }
+
+    public var path: StorePath
+    public var kind: Kind
+}
+
+public struct ObjectInfo: Sendable {
+    public var path: StorePath
+    public var protectionClass: ProtectionClass
+    public var protectionSource: ProtectionSource
+    /// Whether it can be read now, and if not, why.
+    public var accessible: Bool
+    public var reason: String?
+    public var size: UInt64
+    /// Bytes on disk: the data file and the header.
+    public var storedSize: UInt64
+    public var chunks: UInt64
+    public var chunkSize: UInt32
+    public var keyGeneration: UInt32
+    /// Nanoseconds since 1970.
+    public var created: Int64
+    public var modified: Int64
+    /// The version's identifier (names its data file).
+    public var objectID: String
+}
+
+public struct DirectoryInfo: Sendable {
+    public var path: StorePath
+    /// The directory's own default, if set.
+    public var defaultClass: ProtectionClass?
+    /// The class a new object created here gets.
+    public var effectiveDefault: ProtectionClass
+    /// Where `effectiveDefault` comes from.
+    public var defaultSource: ProtectionSource
+    public var created: Int64
+}
+
+extension String {
+    func leftPadded(_ width: Int) -> String {
+        count >= width ? self : String(repeating: "0", count: width - count) + self
+    }
+}

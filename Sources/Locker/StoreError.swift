@@ -1,0 +1,18 @@
+/// Why a store operation was refused. Device-side refusals
+/// (`protectedDataUnavailable`, `keyReset`, …) arrive as `DeviceError`.
+public enum StoreError: Error, Equatable, Sendable {
+    /// A path the store does not accept (`..`, empty component, NUL, too
+    /// long). The string says why.
+    case invalidPath(String)
+    case notFound(String)
+    case alreadyExists(String)
+    case notADirectory(String)
+    case isADirectory(String)
+    case directoryNotEmpty(String)
+    /// Stored bytes failed authentication or validation. Names the path
+    /// and the structure, never the byte.
+    case integrity(path: String, what: String)
+    /// The store directory belongs to another device (or one that was
+    /// wiped).
+    case foreignStore
+}
