@@ -53,7 +53,7 @@ let package = Package(
         .executableTarget(
             name: "locker",
             dependencies: [
-                "LockerCrypto", "LockerFormat", "LockerIO", "LockerDevice", "LockerAgent",
+                "LockerCrypto", "LockerFormat", "LockerIO", "LockerDevice", "LockerAgent", "Locker",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

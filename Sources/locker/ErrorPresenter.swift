@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Locker
 import LockerAgent
 import LockerCrypto
 import LockerDevice
@@ -69,6 +70,8 @@ enum ErrorPresenter {
             return describe(error)
         case let error as AgentError:
             return describe(error)
+        case let error as StoreError:
+            return describe(error)
         case let error as IOError:
             return (.failure, error.description, nil)
         case is CryptoError, is FormatError:
@@ -112,6 +115,27 @@ enum ErrorPresenter {
             return (.notFound, "the object is not open", "open it with 'locker open'")
         case .io(let error):
             return (.failure, error.description, nil)
+        }
+    }
+
+    static func describe(_ error: StoreError) -> (ExitStatus, String, String?) {
+        switch error {
+        case .invalidPath(let why):
+            return (.usage, why, nil)
+        case .notFound(let path):
+            return (.notFound, "\(path): no such object or directory", "list what exists with 'locker ls'")
+        case .alreadyExists(let path):
+            return (.alreadyExists, "\(path) already exists", nil)
+        case .notADirectory(let path):
+            return (.failure, "\(path) is an object, not a directory", nil)
+        case .isADirectory(let path):
+            return (.failure, "\(path) is a directory", "use -r for directory trees")
+        case .directoryNotEmpty(let path):
+            return (.failure, "\(path) is not empty", "use 'locker rm -r' to remove it with everything below")
+        case .integrity(let path, let what):
+            return (.integrity, "integrity failure: \(path): \(what) failed authentication", "restore the object from a copy, or remove it with 'locker rm'")
+        case .foreignStore:
+            return (.integrity, "the store was not made with this device (or the device was wiped since)", "use the --device it was made with, or a new --store")
         }
     }
 

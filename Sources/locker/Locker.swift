@@ -20,7 +20,8 @@ struct Locker: ParsableCommand {
         version: "0.1.0",
         subcommands: [
             Init.self, Unlock.self, Lock.self, Reboot.self, Status.self, Passwd.self, Reset.self, Wipe.self,
-            Watch.self, AgentCommand.self,
+            Watch.self, Put.self, Get.self, List.self, Stat.self, MakeDirectory.self, SetClass.self, Remove.self,
+            Move.self, Open.self, Close.self, Export.self, Purge.self, AgentCommand.self,
         ]
     )
 }

@@ -1,0 +1,675 @@
+import ArgumentParser
+import Foundation
+import Locker
+import LockerAgent
+import LockerDevice
+import LockerFormat
+
+extension GlobalOptions {
+    /// The store, through this device's agent.
+    func openStore() throws -> Store {
+        try Store(path: storePath, keys: client())
+    }
+}
+
+func storePath(_ text: String) throws -> StorePath {
+    do {
+        return try StorePath(text)
+    } catch let error as StoreError {
+        throw error
+    }
+}
+
+/// Reads a local file descriptor into the store's buffers.
+func readSource(_ fd: Int32) -> (UnsafeMutableRawBufferPointer) throws -> Int {
+    { buffer in
+        while true {
+            let n = Foundation.read(fd, buffer.baseAddress, buffer.count)
+            if n >= 0 { return n }
+            if errno == EINTR { continue }
+            throw CommandFailure(.failure, "reading the input failed: \(String(cString: strerror(errno)))")
+        }
+    }
+}
+
+/// A progress line on stderr, for large transfers on a terminal.
+final class Progress {
+    private let total: UInt64?
+    private let enabled: Bool
+    private var lastDraw = Date.distantPast
+
+    init(total: UInt64?, threshold: UInt64 = 16 << 20) {
+        self.total = total
+        enabled = isatty(STDERR_FILENO) == 1 && (total ?? threshold) >= threshold
+    }
+
+    func update(_ done: UInt64) {
+        guard enabled, Date().timeIntervalSince(lastDraw) > 0.1 else { return }
+        lastDraw = Date()
+        let mib = Double(done) / 1_048_576
+        var line = String(format: "\r%.1f MiB", mib)
+        if let total, total > 0 {
+            let fraction = min(1, Double(done) / Double(total))
+            let width = 30
+            let filled = Int(fraction * Double(width))
+            line = "\r[" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
+                + String(format: "] %3.0f%% %.1f/%.1f MiB", fraction * 100, mib, Double(total) / 1_048_576)
+        }
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+
+    func finish() {
+        if enabled { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+    }
+}
+
+struct Put: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Store a file, standard input (-) or, with -r, a directory tree.",
+        discussion: "Without --class, the object takes the default of its nearest ancestor directory that has one, else the store default. Missing parent directories are created. An existing object at PATH is replaced atomically.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: JSONOption
+
+    @Argument(help: "A local file, '-' for standard input, or with -r a local directory.")
+    var source: String
+
+    @Argument(help: "The path in the store. An existing store directory (or a path ending in /) receives the source under its own name.")
+    var path: String
+
+    @Option(help: ArgumentHelp("The protection class: a canonical name, A–D or untilFirstAuth.", valueName: "CLASS"))
+    var `class`: ClassArgument?
+
+    @Flag(name: .short, help: "Import a local directory tree.")
+    var r = false
+
+    func run() throws {
+        let store = try global.openStore()
+        var target = try storePath(path)
+        if r {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: source, isDirectory: &isDirectory), isDirectory.boolValue else {
+                throw CommandFailure(.notFound, "\(source) is not a local directory")
+            }
+            let count = try importTree(store, from: source, to: target)
+            if output.json { try printJSON(["imported": count]) } else { print("Stored \(count) object\(count == 1 ? "" : "s") under \(target).") }
+            return
+        }
+        if path.hasSuffix("/") || ((try? store.stat(target)).map { if case .directory = $0.kind { true } else { false } } ?? false) {
+            guard source != "-" else { throw CommandFailure(.usage, "a name is needed when storing standard input", hint: "give PATH as /dir/name") }
+            target = target.appending(URL(fileURLWithPath: source).lastPathComponent)
+        }
+        let info = try putFile(store, source: source, to: target)
+        if output.json {
+            try printJSON(ObjectReport(info))
+        } else {
+            print("Stored \(info.path) (\(info.size) bytes, \(info.protectionClass.canonicalName), \(info.protectionSource.description)).")
+        }
+    }
+
+    func putFile(_ store: Store, source: String, to target: StorePath) throws -> ObjectInfo {
+        let fd: Int32 = source == "-" ? STDIN_FILENO : open(source, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw CommandFailure(errno == ENOENT ? .notFound : .failure, "cannot read \(source): \(String(cString: strerror(errno)))")
+        }
+        defer { if fd != STDIN_FILENO { Foundation.close(fd) } }
+        var st = stat()
+        let total: UInt64? = fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG ? UInt64(st.st_size) : nil
+        if fd != STDIN_FILENO, (st.st_mode & S_IFMT) == S_IFDIR {
+            throw CommandFailure(.usage, "\(source) is a directory", hint: "use -r to import a directory tree")
+        }
+        let progress = Progress(total: total)
+        defer { progress.finish() }
+        return try store.put(target, protection: self.class?.value, from: readSource(fd), progress: progress.update)
+    }
+
+    func importTree(_ store: Store, from local: String, to target: StorePath) throws -> Int {
+        try store.makeDirectory(target, parents: true)
+        var count = 0
+        let names = try FileManager.default.contentsOfDirectory(atPath: local).sorted()
+        for name in names {
+            let localPath = local + "/" + name
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: localPath, isDirectory: &isDirectory) else { continue }
+            if isDirectory.boolValue {
+                count += try importTree(store, from: localPath, to: target.appending(name))
+            } else {
+                _ = try putFile(store, source: localPath, to: target.appending(name))
+                count += 1
+            }
+        }
+        return count
+    }
+}
+
+struct Get: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Fetch an object to a file or standard output; with -r, a tree to a local directory.",
+        discussion: "--range START-END fetches bytes START through END inclusive (END may be left out for the rest). Only the chunks the range needs are decrypted. Writing to DEST is atomic.")
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "The path in the store.")
+    var path: String
+
+    @Argument(help: "A local file, '-' for standard output (the default), or with -r a local directory.")
+    var destination: String?
+
+    @Option(help: ArgumentHelp("Bytes START through END, inclusive.", valueName: "START-END"))
+    var range: String?
+
+    @Flag(name: .short, help: "Fetch a directory tree.")
+    var r = false
+
+    func parseRange(size: UInt64) throws -> Range<UInt64>? {
+        guard let range else { return nil }
+        let parts = range.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2, let start = UInt64(parts[0]) else {
+            throw CommandFailure(.usage, "--range takes START-END, for example 0-1023")
+        }
+        let end: UInt64
+        if parts[1].isEmpty {
+            guard size > 0 else { throw CommandFailure(.usage, "--range \(range) is past the end (the object is empty)") }
+            end = size - 1
+        } else {
+            guard let e = UInt64(parts[1]) else { throw CommandFailure(.usage, "--range takes START-END, for example 0-1023") }
+            end = e
+        }
+        guard start <= end else { throw CommandFailure(.usage, "--range \(range): START is after END") }
+        guard end < size else { throw CommandFailure(.usage, "--range \(range) is past the end (the object has \(size) bytes)") }
+        return start..<(end + 1)
+    }
+
+    func run() throws {
+        let store = try global.openStore()
+        let source = try storePath(path)
+        if r {
+            guard let destination, destination != "-" else { throw CommandFailure(.usage, "-r needs a local directory as DEST") }
+            let count = try exportTree(store, from: source, to: destination)
+            print("Fetched \(count) object\(count == 1 ? "" : "s") into \(destination).")
+            return
+        }
+        guard case .object(let info) = try store.stat(source).kind else {
+            throw StoreError.isADirectory(source.description)
+        }
+        let wanted = try parseRange(size: info.size)
+        if destination == nil || destination == "-" {
+            let out = FileHandle.standardOutput
+            try store.read(source, range: wanted) { out.write(Data($0)) }
+            return
+        }
+        var target = destination!
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: target, isDirectory: &isDirectory), isDirectory.boolValue {
+            target += "/" + source.name
+        }
+        let progress = Progress(total: wanted.map { $0.upperBound - $0.lowerBound } ?? info.size)
+        defer { progress.finish() }
+        try writeLocalFile(target) { fd in
+            var done: UInt64 = 0
+            try store.read(source, range: wanted) { bytes in
+                try writeAll(fd, bytes, path: target)
+                done += UInt64(bytes.count)
+                progress.update(done)
+            }
+        }
+    }
+
+    func exportTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
+        try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
+        var count = 0
+        for item in try store.list(source) {
+            switch item.kind {
+            case .directory:
+                count += try exportTree(store, from: item.path, to: local + "/" + item.path.name)
+            case .object:
+                let target = local + "/" + item.path.name
+                try writeLocalFile(target) { fd in
+                    try store.read(item.path) { try writeAll(fd, $0, path: target) }
+                }
+                count += 1
+            case .damaged(let why):
+                throw StoreError.integrity(path: item.path.description, what: why)
+            }
+        }
+        return count
+    }
+}
+
+/// Writes a local file atomically: a temporary file beside it, fsync,
+/// rename, fsync of the directory. Nothing is left if `body` throws.
+func writeLocalFile(_ path: String, mode: mode_t = 0o600, _ body: (Int32) throws -> Void) throws {
+    let directory = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
+    let temporary = directory + "/.locker-" + UUID().uuidString + ".tmp"
+    let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+    guard fd >= 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
+    do {
+        try body(fd)
+        guard fsync(fd) == 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
+        Foundation.close(fd)
+        guard rename(temporary, path) == 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
+        let dirFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dirFD >= 0 {
+            _ = fsync(dirFD)
+            Foundation.close(dirFD)
+        }
+    } catch {
+        Foundation.close(fd)
+        unlink(temporary)
+        throw error
+    }
+}
+
+func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws {
+    var offset = 0
+    while offset < bytes.count {
+        let n = Foundation.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+        if n < 0 {
+            if errno == EINTR { continue }
+            throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))")
+        }
+        offset += n
+    }
+}
+
+struct List: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List a directory.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: JSONOption
+
+    @Argument(help: "The directory (default: /).")
+    var path: String = "/"
+
+    @Flag(name: .short, help: "Long format: class, size, modified time.")
+    var l = false
+
+    func run() throws {
+        let store = try global.openStore()
+        let target = try storePath(path)
+        let items: [ItemInfo]
+        if case .object = try store.stat(target).kind {
+            items = [try store.stat(target)]
+        } else {
+            items = try store.list(target)
+        }
+        if output.json {
+            try printJSON(items.map(ItemReport.init))
+            return
+        }
+        for item in items {
+            switch item.kind {
+            case .directory(let dir):
+                if l {
+                    let own = dir.defaultClass.map { "default " + $0.letter } ?? "-"
+                    print("d \(own.padding(toLength: 9, withPad: " ", startingAt: 0)) \(String(repeating: " ", count: 12)) \(time(dir.created))  \(item.path.name)/")
+                } else {
+                    print(item.path.name + "/")
+                }
+            case .object(let obj):
+                if l {
+                    let size = String(obj.size)
+                    print("\(obj.protectionClass.letter) \(obj.accessible ? "readable " : "locked   ") \(String(repeating: " ", count: max(0, 12 - size.count)))\(size) \(time(obj.modified))  \(item.path.name)")
+                } else {
+                    print(item.path.name)
+                }
+            case .damaged(let why):
+                print("\(item.path.name)  (damaged: \(why))")
+            }
+        }
+    }
+}
+
+func time(_ nanoseconds: Int64) -> String { timestamp(Double(nanoseconds) / 1e9) }
+
+struct Stat: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show an object's protection attributes, or a directory's default class.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: JSONOption
+
+    @Argument(help: "The path in the store.")
+    var path: String
+
+    func run() throws {
+        let store = try global.openStore()
+        let item = try store.stat(try storePath(path))
+        if output.json {
+            try printJSON(ItemReport(item))
+            return
+        }
+        switch item.kind {
+        case .object(let o):
+            print("Path:              \(o.path)")
+            print("Type:              object")
+            print("Protection:        \(o.protectionClass.canonicalName) (\(o.protectionClass.letter))")
+            print("Protection source: \(o.protectionSource.description)")
+            print("Accessible:        \(o.accessible ? "yes" : "no")\(o.reason.map { " (\($0))" } ?? "")")
+            print("Size:              \(o.size)")
+            print("Stored size:       \(o.storedSize)")
+            print("Chunks:            \(o.chunks) of \(o.chunkSize) bytes, LZ4 then AES-256-GCM")
+            print("Key generation:    \(o.keyGeneration)")
+            print("Created:           \(time(o.created))")
+            print("Modified:          \(time(o.modified))")
+        case .directory(let d):
+            print("Path:              \(d.path)")
+            print("Type:              directory")
+            print("Default class:     \(d.defaultClass?.canonicalName ?? "(none set)")")
+            print("New objects get:   \(d.effectiveDefault.canonicalName) (\(d.defaultSource.description))")
+            print("Created:           \(time(d.created))")
+        case .damaged(let why):
+            throw StoreError.integrity(path: item.path.description, what: why)
+        }
+    }
+}
+
+/// What `stat --json` and `ls --json` print for one entry.
+struct ItemReport: Encodable {
+    var path: String
+    var type: String
+    var object: ObjectReport?
+    var defaultClass: String?
+    var effectiveDefault: String?
+    var defaultSource: String?
+    var damaged: String?
+
+    init(_ item: ItemInfo) {
+        path = item.path.description
+        switch item.kind {
+        case .object(let o):
+            type = "object"
+            object = ObjectReport(o)
+        case .directory(let d):
+            type = "directory"
+            defaultClass = d.defaultClass?.canonicalName
+            effectiveDefault = d.effectiveDefault.canonicalName
+            defaultSource = d.defaultSource.description
+        case .damaged(let why):
+            type = "damaged"
+            damaged = why
+        }
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(path, forKey: .path)
+        try c.encode(type, forKey: .type)
+        if let object {
+            try object.encodeFields(into: &c)
+        } else if type == "directory" {
+            try c.encode(defaultClass, forKey: .defaultClass)
+            try c.encode(effectiveDefault, forKey: .effectiveDefault)
+            try c.encode(defaultSource, forKey: .defaultSource)
+        } else {
+            try c.encode(damaged, forKey: .damaged)
+        }
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case path, type, defaultClass, effectiveDefault, defaultSource, damaged
+        case protection, protectionSource, accessible, reason, size, storedSize, chunks, chunkSize, compression
+        case keyGeneration, created, modified
+    }
+}
+
+struct ObjectReport: Encodable {
+    var info: ObjectInfo
+    init(_ info: ObjectInfo) { self.info = info }
+
+    func encodeFields(into c: inout KeyedEncodingContainer<ItemReport.CodingKeys>) throws {
+        try c.encode(info.protectionClass.canonicalName, forKey: .protection)
+        try c.encode(info.protectionSource.description, forKey: .protectionSource)
+        try c.encode(info.accessible, forKey: .accessible)
+        try c.encode(info.reason, forKey: .reason)
+        try c.encode(info.size, forKey: .size)
+        try c.encode(info.storedSize, forKey: .storedSize)
+        try c.encode(info.chunks, forKey: .chunks)
+        try c.encode(info.chunkSize, forKey: .chunkSize)
+        try c.encode("lz4", forKey: .compression)
+        try c.encode(info.keyGeneration, forKey: .keyGeneration)
+        try c.encode(time(info.created), forKey: .created)
+        try c.encode(time(info.modified), forKey: .modified)
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: ItemReport.CodingKeys.self)
+        try c.encode(info.path.description, forKey: .path)
+        try c.encode("object", forKey: .type)
+        try encodeFields(into: &c)
+    }
+}
+
+struct MakeDirectory: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "mkdir", abstract: "Create a directory, optionally with a default class.")
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "The directory to create.")
+    var path: String
+
+    @Option(help: ArgumentHelp("The default class new objects below inherit.", valueName: "CLASS"))
+    var `class`: ClassArgument?
+
+    @Flag(name: .short, help: "Create missing parents; an existing directory is not an error.")
+    var p = false
+
+    func run() throws {
+        let store = try global.openStore()
+        let info = try store.makeDirectory(try storePath(path), defaultClass: self.class?.value, parents: p)
+        print("Created \(info.path)\(info.defaultClass.map { " (default class \($0.canonicalName))" } ?? "").")
+    }
+}
+
+struct SetClass: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Change an object's class (rewraps its key only), or a directory's default class.",
+        discussion: "For a directory, the new default applies to objects created afterwards; --recursive also rewraps every object below it. Use 'inherit' as CLASS to clear a directory's default.")
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "An object or a directory.")
+    var path: String
+
+    @Argument(help: "A canonical name, A–D, untilFirstAuth, or (directories) inherit.")
+    var `class`: String
+
+    @Flag(help: "For a directory: also rewrap every object below it.")
+    var recursive = false
+
+    func run() throws {
+        let store = try global.openStore()
+        let target = try storePath(path)
+        let item = try store.stat(target)
+        let cls = ProtectionClass(name: self.class)
+        if cls == nil && self.class != "inherit" {
+            throw CommandFailure(.usage, "unknown class '\(self.class)'", hint: "use complete, completeUnlessOpen, completeUntilFirstUserAuthentication, none, A–D or untilFirstAuth")
+        }
+        switch item.kind {
+        case .object:
+            guard let cls else { throw CommandFailure(.usage, "'inherit' applies to directories only") }
+            if recursive { throw CommandFailure(.usage, "--recursive applies to directories only") }
+            try store.setClass(target, to: cls)
+            print("\(target) is now \(cls.canonicalName).")
+        case .directory:
+            try store.setDefaultClass(cls, ofDirectory: target, recursive: recursive)
+            if let cls {
+                print("\(target): new objects get \(cls.canonicalName)\(recursive ? "; existing objects below were rewrapped" : "").")
+            } else {
+                print("\(target): default class cleared.")
+            }
+        case .damaged(let why):
+            throw StoreError.integrity(path: target.description, what: why)
+        }
+    }
+}
+
+struct Remove: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "rm", abstract: "Remove an object, or with -r a directory tree.")
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "The path to remove.")
+    var path: String
+
+    @Flag(name: .short, help: "Remove a directory and everything below it.")
+    var r = false
+
+    func run() throws {
+        let store = try global.openStore()
+        try store.remove(try storePath(path), recursive: r)
+    }
+}
+
+struct Move: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "mv", abstract: "Move an object or a directory. Objects keep their class.")
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "The source path.")
+    var source: String
+
+    @Argument(help: "The destination: a new path, or an existing directory to move into.")
+    var destination: String
+
+    func run() throws {
+        let store = try global.openStore()
+        try store.move(try storePath(source), to: try storePath(destination))
+    }
+}
+
+struct Open: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Open an object: its key is kept so a completeUnlessOpen object stays readable across a lock.")
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "The object to open.")
+    var path: String
+
+    func run() throws {
+        let store = try global.openStore()
+        let info = try store.open(try storePath(path))
+        print("Opened \(info.path) (\(info.protectionClass.canonicalName)).")
+    }
+}
+
+struct Close: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Close an object opened with 'locker open'.")
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "The object to close.")
+    var path: String
+
+    func run() throws {
+        let store = try global.openStore()
+        try store.close(try storePath(path))
+    }
+}
+
+struct Export: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Write every readable object as a plain file, with manifest.json listing each object's attributes.",
+        discussion: "Objects that cannot be read now (locked, key reset) are listed with the reason. The command then exits 75 unless --skip-unavailable is given.")
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "A local directory to write into (created if missing).")
+    var destination: String
+
+    @Flag(help: "Exit 0 even if some objects could not be exported.")
+    var skipUnavailable = false
+
+    struct Entry: Encodable {
+        var path: String
+        var protection: String
+        var protectionSource: String
+        var size: UInt64
+        var exported: Bool
+        var skipped: String?
+        var created: String
+        var modified: String
+
+        func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(path, forKey: .path)
+            try c.encode(protection, forKey: .protection)
+            try c.encode(protectionSource, forKey: .protectionSource)
+            try c.encode(size, forKey: .size)
+            try c.encode(exported, forKey: .exported)
+            try c.encode(skipped, forKey: .skipped)
+            try c.encode(created, forKey: .created)
+            try c.encode(modified, forKey: .modified)
+        }
+
+        enum CodingKeys: String, CodingKey { case path, protection, protectionSource, size, exported, skipped, created, modified }
+    }
+
+    func run() throws {
+        let store = try global.openStore()
+        try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        var entries: [Entry] = []
+        try store.walk(.root) { path, isDirectory in
+            let local = destination + path.description
+            if isDirectory {
+                try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
+                return
+            }
+            guard case .object(let info) = try store.stat(path).kind else { return }
+            var entry = Entry(path: path.description, protection: info.protectionClass.canonicalName,
+                              protectionSource: info.protectionSource.description, size: info.size, exported: false,
+                              skipped: nil, created: time(info.created), modified: time(info.modified))
+            do {
+                try writeLocalFile(local) { fd in try store.read(path) { try writeAll(fd, $0, path: local) } }
+                entry.exported = true
+            } catch DeviceError.protectedDataUnavailable {
+                entry.skipped = "locked: \(info.protectionClass.canonicalName) is unavailable in this state"
+            } catch DeviceError.keyReset {
+                entry.skipped = "keyReset: its class key was reset"
+            }
+            entries.append(entry)
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        let manifest = try encoder.encode(["objects": entries])
+        try writeLocalFile(destination + "/manifest.json", mode: 0o600) { fd in
+            try manifest.withUnsafeBytes { try writeAll(fd, $0, path: "manifest.json") }
+        }
+        let skipped = entries.filter { !$0.exported }
+        print("Exported \(entries.count - skipped.count) of \(entries.count) objects to \(destination).")
+        for entry in skipped { print("  skipped \(entry.path): \(entry.skipped ?? "")") }
+        if !skipped.isEmpty && !skipUnavailable {
+            throw CommandFailure(.protectedDataUnavailable, "\(skipped.count) object\(skipped.count == 1 ? " was" : "s were") not exported",
+                                 hint: "unlock and export again, or pass --skip-unavailable")
+        }
+    }
+}
+
+struct Purge: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Delete the objects whose class key was reset by 'locker reset'. Nothing readable is touched.")
+
+    @OptionGroup var global: GlobalOptions
+
+    @Flag(help: "Required: purge objects of an older key generation.")
+    var keyReset = false
+
+    func validate() throws {
+        guard keyReset else { throw ValidationError("purge needs --key-reset") }
+    }
+
+    func run() throws {
+        let store = try global.openStore()
+        var doomed: [StorePath] = []
+        try store.walk(.root) { path, isDirectory in
+            guard !isDirectory, case .object(let info) = try store.stat(path).kind, info.reason == "keyReset" else { return }
+            doomed.append(path)
+        }
+        for path in doomed { try store.remove(path) }
+        print("Purged \(doomed.count) object\(doomed.count == 1 ? "" : "s") of an older key generation.")
+        for path in doomed { print("  \(path)") }
+    }
+}
