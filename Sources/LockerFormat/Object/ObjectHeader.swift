@@ -107,6 +107,9 @@ public struct ObjectHeader: Sendable, Equatable {
         case .storeDefault: w.write(UInt8(2)); w.writeString("")
         }
         wrappedKey.encode(into: &w)
+        // Every wrapped key takes the room of a class B one, so a header's
+        // size does not tell its class.
+        w.write([UInt8](repeating: 0, count: WrappedFileKey.asymmetricWrapByteCount - wrappedKey.blob.count))
         w.write(objectID)
         w.write(chunkSize)
         w.write(plaintextLength)
@@ -133,6 +136,8 @@ public struct ObjectHeader: Sendable, Equatable {
         default: throw FormatError.invalidField("protection source")
         }
         let wrapped = try WrappedFileKey.decode(from: &r)
+        let padding = try r.read(WrappedFileKey.asymmetricWrapByteCount - wrapped.blob.count)
+        guard padding.allSatisfy({ $0 == 0 }) else { throw FormatError.invalidField("wrapped key padding") }
         let header = ObjectHeader(
             parentID: parentID, name: name, protectionSource: source, wrappedKey: wrapped,
             objectID: try r.read(objectIDByteCount), chunkSize: try r.readUInt32(), plaintextLength: try r.readUInt64(),
