@@ -595,7 +595,7 @@ public final class Store: @unchecked Sendable {
             accessible = true
             reason = "open"
         } else if !accessible {
-            reason = status.state == .wiped ? "wiped" : "locked (\(status.state.rawValue))"
+            reason = status.state == .wiped ? "wiped" : "unavailable while \(status.state.rawValue)"
         }
         let headerSize = (try? fs.readFile(headerPath, limit: 8 << 10).count) ?? 0
         return ObjectInfo(
