@@ -58,6 +58,13 @@ let package = Package(
             ]
         ),
 
+        // Measures the chunk pipeline at each chunk size.
+        .executableTarget(
+            name: "chunk-bench",
+            dependencies: ["Locker", "LockerDevice", "LockerFormat", "LockerCrypto"],
+            path: "Tools/chunk-bench"
+        ),
+
         .testTarget(
             name: "LockerCryptoTests",
             dependencies: ["LockerCrypto"],
