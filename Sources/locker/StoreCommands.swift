@@ -194,8 +194,9 @@ struct Get: ParsableCommand {
         }
         let wanted = try parseRange(size: info.size)
         if destination == nil || destination == "-" {
-            let out = FileHandle.standardOutput
-            try store.read(source, range: wanted) { out.write(Data($0)) }
+            // write(2) directly: no copy per chunk, and a closed pipe is an
+            // error (EPIPE, SIGPIPE is ignored) rather than a crash.
+            try store.read(source, range: wanted) { try writeAll(STDOUT_FILENO, $0, path: "standard output") }
             return
         }
         var target = destination!
