@@ -464,6 +464,7 @@ struct MakeDirectory: ParsableCommand {
 
 struct SetClass: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "setclass",
         abstract: "Change an object's class (rewraps its key only), or a directory's default class.",
         discussion: "For a directory, the new default applies to objects created afterwards; --recursive also rewraps every object below it. Use 'inherit' as CLASS to clear a directory's default.")
 
