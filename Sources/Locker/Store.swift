@@ -385,10 +385,12 @@ public final class Store: @unchecked Sendable {
         let file = try DataFile.create(dataPath)
         let result: ObjectWriter.Result
         do {
+            // Until the header commits, the data file is referenced by
+            // nothing; the lock tells a verifier it is not garbage yet.
+            try file.holdWriteLock()
             let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKey), chunkSize: options.chunkSize,
                                           workers: options.workers)
             result = try writer.write(from: source, to: file, progress: progress)
-            file.close()
             try fs.syncDirectory(dataDirectory)
         } catch {
             file.close()
@@ -416,6 +418,7 @@ public final class Store: @unchecked Sendable {
             _ = unlink(dataPath)
             throw error
         }
+        file.close()
         if let replaced { try? fs.remove(self.dataPath(replaced.objectID)) }
         return try objectInfo(path, header: header, headerPath: fsPath)
     }

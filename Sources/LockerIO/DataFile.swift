@@ -21,6 +21,25 @@ public final class DataFile {
         return DataFile(path: path, fd: fd)
     }
 
+    /// Takes an exclusive `flock` on the file for as long as it is open, to
+    /// tell ``isInUse(_:)`` that a live process is still writing it.
+    public func holdWriteLock() throws {
+        guard flock(fd, LOCK_EX) == 0 else { throw IOError("flock", path: path, errno: errno) }
+    }
+
+    /// Whether a live process holds the write lock of the file at `path`.
+    /// A file left by a process that died is not in use.
+    public static func isInUse(_ path: String) -> Bool {
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { _ = Glibc.close(fd) }
+        if flock(fd, LOCK_EX | LOCK_NB) == 0 {
+            _ = flock(fd, LOCK_UN)
+            return false
+        }
+        return errno == EWOULDBLOCK
+    }
+
     /// Opens an existing file for reading.
     public static func openForReading(_ path: String) throws -> DataFile {
         let fd = try FileSystem().open(path, O_RDONLY | O_CLOEXEC)

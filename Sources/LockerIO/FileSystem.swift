@@ -31,6 +31,9 @@ public struct FileSystem: Sendable {
         let directory = Self.directory(of: path)
         let temporary = path + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let fd = try open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        // Held until close: a verifier removes only temporaries no live
+        // process holds.
+        _ = flock(fd, LOCK_EX)
         do {
             try writeAll(fd, bytes, path: temporary)
             _ = try retrying("fsync", temporary) { Int(fsync(fd)) }

@@ -21,7 +21,7 @@ struct Locker: ParsableCommand {
         subcommands: [
             Init.self, Unlock.self, Lock.self, Reboot.self, Status.self, Passwd.self, Reset.self, Wipe.self,
             Watch.self, Put.self, Get.self, List.self, Stat.self, MakeDirectory.self, SetClass.self, Remove.self,
-            Move.self, Open.self, Close.self, Export.self, Purge.self, AgentCommand.self,
+            Move.self, Open.self, Close.self, Export.self, Purge.self, Verify.self, AgentCommand.self,
         ]
     )
 }

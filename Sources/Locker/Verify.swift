@@ -1,0 +1,180 @@
+internal import LockerDevice
+internal import LockerFormat
+internal import LockerIO
+internal import Foundation
+#if canImport(Glibc)
+internal import Glibc
+#endif
+
+/// The result of ``Store/verify(readData:repair:progress:)``.
+public struct VerifyReport: Sendable {
+    public struct Problem: Sendable, Equatable {
+        /// The store path, or the file inside the store directory when no
+        /// path can be named.
+        public var location: String
+        public var reason: String
+    }
+
+    /// Objects whose headers (and, with `readData`, every chunk) check out.
+    public var objectsChecked = 0
+    /// Objects whose data was authenticated chunk by chunk.
+    public var objectsReadInFull = 0
+    public var directoriesChecked = 0
+    /// Objects whose class is not readable now, so their data was not read.
+    public var notChecked: [Problem] = []
+    /// Damaged entries: the store paths and why.
+    public var damaged: [Problem] = []
+    /// Provable garbage: temporary files of interrupted writes and data
+    /// files no header references (and no live writer holds).
+    public var garbage: [String] = []
+    /// Garbage removed by `repair`.
+    public var removed: [String] = []
+
+    public var isClean: Bool { damaged.isEmpty && garbage.count == removed.count }
+}
+
+extension Store {
+    /// Checks the store's structure: every directory record, every name,
+    /// every object header (sealed, bound to its place, with a data file of
+    /// the recorded size), and finds garbage. With `readData`, also
+    /// authenticates every chunk of every object whose class is readable
+    /// now. With `repair`, removes the garbage and only the garbage:
+    /// nothing that might be recovered is deleted.
+    public func verify(readData: Bool = false, repair: Bool = false,
+                       progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> VerifyReport {
+        var report = VerifyReport()
+        // The store lock keeps a put from committing a header between the
+        // scan of references and the removal of unreferenced data.
+        let lock = try StoreLock(path: lockPath)
+        defer { withExtendedLifetime(lock) {} }
+
+        var referenced: [String: String] = [:]
+        var objects: [(StorePath, ObjectHeader)] = []
+        var temporaries: [String] = []
+
+        func scan(_ directory: Directory) {
+            report.directoriesChecked += 1
+            guard let names = try? fs.contentsOfDirectory(directory.fsPath) else {
+                report.damaged.append(.init(location: directory.storePath.description, reason: "directory unreadable"))
+                return
+            }
+            for fileName in names.sorted() where fileName != ".dir" {
+                let fsPath = directory.fsPath + "/" + fileName
+                if fileName.hasPrefix(".tmp-") {
+                    temporaries.append(fsPath)
+                    continue
+                }
+                let isDirectory = kind(of: fsPath) == .directory
+                var name: String?
+                if fileName.hasPrefix(NameCodec.longNamePrefix) {
+                    if isDirectory {
+                        name = try? readDirectoryRecord(fsPath, path: directory.storePath).name
+                    } else if let bytes = try? fs.readFile(fsPath, limit: 8 << 10) {
+                        name = (try? ObjectHeader.open(bytes, with: metadata))?.name
+                    }
+                    if let n = name,
+                       (try? NameCodec.fileName(forEncoded: NameCodec.encode(n, parentID: directory.record.directoryID,
+                                                                            keys: metadata))) != fileName {
+                        name = nil
+                    }
+                } else {
+                    name = try? NameCodec.decode(fileName, parentID: directory.record.directoryID, keys: metadata)
+                }
+                guard let name else {
+                    report.damaged.append(.init(location: relative(fsPath), reason: "name does not authenticate"))
+                    continue
+                }
+                let itemPath = directory.storePath.appending(name)
+                if isDirectory {
+                    do {
+                        let record = try readDirectoryRecord(fsPath, path: itemPath)
+                        scan(Directory(fsPath: fsPath, record: record, storePath: itemPath))
+                    } catch {
+                        report.damaged.append(.init(location: itemPath.description, reason: "directory record does not authenticate"))
+                    }
+                    continue
+                }
+                do {
+                    let header = try readHeader(fsPath, name: name, in: directory, path: itemPath)
+                    let id = Self.hex(header.objectID)
+                    if let other = referenced[id] {
+                        report.damaged.append(.init(location: itemPath.description, reason: "shares its data file with \(other)"))
+                        continue
+                    }
+                    referenced[id] = itemPath.description
+                    var st = Glibc.stat()
+                    if lstat(dataPath(header.objectID), &st) != 0 {
+                        report.damaged.append(.init(location: itemPath.description, reason: "data file missing"))
+                    } else if UInt64(st.st_size) != header.dataLength {
+                        report.damaged.append(.init(location: itemPath.description,
+                                                    reason: "data file is \(st.st_size) bytes, header says \(header.dataLength)"))
+                    } else {
+                        objects.append((itemPath, header))
+                    }
+                } catch StoreError.integrity(_, let what) {
+                    report.damaged.append(.init(location: itemPath.description, reason: "\(what) does not authenticate"))
+                } catch {
+                    report.damaged.append(.init(location: itemPath.description, reason: "header unreadable"))
+                }
+            }
+        }
+
+        do {
+            scan(try rootDirectory())
+        } catch {
+            report.damaged.append(.init(location: "/", reason: "root directory record does not authenticate"))
+        }
+        report.objectsChecked = objects.count
+
+        for name in (try? fs.contentsOfDirectory(dataDirectory)) ?? [] {
+            let fsPath = dataDirectory + "/" + name
+            if referenced[name] == nil && !DataFile.isInUse(fsPath) { report.garbage.append(relative(fsPath)) }
+        }
+        for fsPath in temporaries + ((try? fs.contentsOfDirectory(path))?.filter { $0.hasPrefix("lock.tmp-") }.map { path + "/" + $0 } ?? [])
+        where !DataFile.isInUse(fsPath) {
+            report.garbage.append(relative(fsPath))
+        }
+
+        if readData {
+            let status = try keys.status()
+            for (i, (itemPath, header)) in objects.enumerated() {
+                progress?(i, objects.count)
+                do {
+                    try read(itemPath) { _ in }
+                    report.objectsReadInFull += 1
+                } catch DeviceError.protectedDataUnavailable {
+                    report.notChecked.append(.init(location: itemPath.description,
+                                                   reason: "locked: \(header.protectionClass.canonicalName) is unavailable while \(status.state.rawValue)"))
+                } catch DeviceError.keyReset {
+                    report.notChecked.append(.init(location: itemPath.description, reason: "keyReset: its class key was reset"))
+                } catch StoreError.integrity(_, let what) {
+                    report.damaged.append(.init(location: itemPath.description, reason: "\(what) does not authenticate"))
+                } catch DeviceError.integrity(let what) {
+                    report.damaged.append(.init(location: itemPath.description, reason: "\(what) does not authenticate"))
+                }
+            }
+            progress?(objects.count, objects.count)
+        }
+
+        if repair {
+            for item in report.garbage {
+                let fsPath = path + "/" + item
+                var st = Glibc.stat()
+                if lstat(fsPath, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR {
+                    // A directory left by an interrupted mkdir: its record
+                    // and the directory itself.
+                    for name in (try? fs.contentsOfDirectory(fsPath)) ?? [] { try fs.remove(fsPath + "/" + name) }
+                    _ = rmdir(fsPath)
+                } else {
+                    try fs.remove(fsPath)
+                }
+                report.removed.append(item)
+            }
+        }
+        return report
+    }
+
+    private func relative(_ fsPath: String) -> String {
+        fsPath.hasPrefix(path + "/") ? String(fsPath.dropFirst(path.count + 1)) : fsPath
+    }
+}
