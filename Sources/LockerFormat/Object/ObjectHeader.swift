@@ -153,6 +153,16 @@ public struct ObjectHeader: Sendable, Equatable {
         guard parentID.count == DirectoryRecord.directoryIDByteCount, objectID.count == Self.objectIDByteCount,
               headerMAC.count == 32
         else { throw FormatError.invalidField("header ids") }
+        // What open reads back: a key ID and a blob of the class's length
+        // (anything else would be read back as another key, or trap on
+        // the padding), a name within the limit, a path that fits a record.
+        guard wrappedKey.keyID.count == Keybag.keyIDByteCount,
+              wrappedKey.blob.count == WrappedFileKey.blobByteCount(for: wrappedKey.protectionClass)
+        else { throw FormatError.invalidField("wrapped key") }
+        guard name.utf8.count <= NameCodec.maxNameLength else { throw FormatError.invalidField("name") }
+        if case .inherited(let path) = protectionSource, path.utf8.count > SealedRecord.maxByteCount {
+            throw FormatError.invalidField("source path")
+        }
         guard ChunkLayout.allowedChunkSizes.contains(chunkSize) else { throw FormatError.invalidField("chunk size") }
         guard compression == Self.compressionLZ4 else { throw FormatError.invalidField("compression") }
         guard plaintextLength <= ChunkLayout.maxPlaintextLength else { throw FormatError.invalidField("length") }
@@ -184,6 +194,7 @@ public struct DirectoryRecord: Sendable, Equatable {
 
     public func sealed(with keys: MetadataKeys) throws -> [UInt8] {
         precondition(directoryID.count == Self.directoryIDByteCount, "directory ID must be 16 bytes")
+        guard name.utf8.count <= NameCodec.maxNameLength else { throw FormatError.invalidField("name") }
         var w = ByteWriter(capacity: 128)
         w.write(directoryID)
         w.writeString(name)

@@ -9,6 +9,10 @@ enum SealedRecord {
     static let maxByteCount = 8 << 10
 
     static func seal(magic: [UInt8], body: [UInt8], key: SecretBytes) throws -> [UInt8] {
+        // Never write a record that open refuses as too large.
+        guard 8 + AESGCM.nonceByteCount + body.count + AESGCM.tagByteCount <= maxByteCount else {
+            throw FormatError.inputTooLarge
+        }
         let prefix = magic + [UInt8(version >> 8), UInt8(version & 0xff), 0, 0]
         let nonce = try AESGCM.Nonce.random()
         return prefix + nonce.rawBytes + (try AESGCM.seal(body, key: key, nonce: nonce, authenticating: prefix))
