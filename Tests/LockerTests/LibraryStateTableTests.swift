@@ -1,0 +1,163 @@
+import Foundation
+import Locker
+import LockerDevice
+import LockerFormat
+import Testing
+
+/// The protection semantics table, through the library: read an existing
+/// closed object / create a new one, for every class in every state.
+@Suite struct LibraryStateTableTests {
+    /// (read, create) per class, per state, exactly as the table in
+    /// PROTECTION-SEMANTICS.md.
+    static let table: [DeviceState: [ProtectionClass: (read: Bool, create: Bool)]] = [
+        .beforeFirstUnlock: [.complete: (false, false), .completeUnlessOpen: (false, true),
+                             .completeUntilFirstUserAuthentication: (false, false), .none: (true, true)],
+        .unlocked: [.complete: (true, true), .completeUnlessOpen: (true, true),
+                    .completeUntilFirstUserAuthentication: (true, true), .none: (true, true)],
+        .locking: [.complete: (true, true), .completeUnlessOpen: (true, true),
+                   .completeUntilFirstUserAuthentication: (true, true), .none: (true, true)],
+        .locked: [.complete: (false, false), .completeUnlessOpen: (false, true),
+                  .completeUntilFirstUserAuthentication: (true, true), .none: (true, true)],
+    ]
+
+    @Test(arguments: [DeviceState.beforeFirstUnlock, .unlocked, .locking, .locked])
+    func everyCell(state: DeviceState) throws {
+        let fixture = LibraryFixture()
+        defer { fixture.cleanUp() }
+        var store = try fixture.open()
+        for cls in ProtectionClass.allCases {
+            try store.write(sampleData(1000, seed: Int(cls.rawValue)), to: "/closed-\(cls.letter)", options: cls.writingOption)
+        }
+        store = try fixture.drive(store, to: state)
+        #expect(store.device?.state == state)
+        #expect(store.isProtectedDataAvailable == (state == .unlocked || state == .locking))
+
+        for cls in ProtectionClass.allCases {
+            let expected = Self.table[state]![cls]!
+            let path = "/closed-\(cls.letter)"
+            let data = sampleData(1000, seed: Int(cls.rawValue))
+            // Read, three ways: throwing, optional, and through a handle.
+            if expected.read {
+                #expect(try store.contentsOfItem(atPath: path) == data, "read \(cls) in \(state)")
+                #expect(store.contents(atPath: path) == data)
+                let handle = try store.fileHandle(forReadingAtPath: path)
+                #expect(try handle.readToEnd() == data)
+                try handle.close()
+            } else {
+                #expect(throws: DeviceError.protectedDataUnavailable(cls), "read \(cls) in \(state)") {
+                    try store.contentsOfItem(atPath: path)
+                }
+                #expect(store.contents(atPath: path) == nil)
+                #expect(throws: DeviceError.protectedDataUnavailable(cls)) { try store.fileHandle(forReadingAtPath: path) }
+            }
+            // Names and attributes in every state.
+            #expect(protection(try store.attributesOfItem(atPath: path)) == cls)
+
+            // Create.
+            let created = "/new-\(cls.letter)"
+            let fresh = sampleData(500, seed: 77)
+            if expected.create {
+                try store.write(fresh, to: created, options: cls.writingOption)
+                #expect(protection(try store.attributesOfItem(atPath: created)) == cls)
+                if expected.read {
+                    #expect(try store.contentsOfItem(atPath: created) == fresh)
+                } else {
+                    #expect(throws: DeviceError.protectedDataUnavailable(cls)) { try store.contentsOfItem(atPath: created) }
+                }
+            } else {
+                #expect(throws: DeviceError.protectedDataUnavailable(cls), "create \(cls) in \(state)") {
+                    try store.write(fresh, to: created, options: cls.writingOption)
+                }
+                #expect(!store.fileExists(atPath: created), "a refused create leaves nothing")
+            }
+        }
+
+        // After unlock, everything reads, including what was created.
+        try fixture.unlock(store)
+        #expect(store.isProtectedDataAvailable)
+        for cls in ProtectionClass.allCases {
+            #expect(try store.contentsOfItem(atPath: "/closed-\(cls.letter)") == sampleData(1000, seed: Int(cls.rawValue)))
+            if Self.table[state]![cls]!.create {
+                #expect(try store.contentsOfItem(atPath: "/new-\(cls.letter)") == sampleData(500, seed: 77))
+            }
+        }
+    }
+
+    @Test func protectedDataAvailabilityFollowsTheState() throws {
+        let fixture = LibraryFixture()
+        defer { fixture.cleanUp() }
+        var store = try fixture.open(grace: 5)
+        let device = try #require(store.device)
+        #expect(store.isProtectedDataAvailable)
+        device.lock(immediately: false)
+        #expect(store.isProtectedDataAvailable, "grace keeps class A")
+        fixture.clock.advance(4.9)
+        #expect(store.isProtectedDataAvailable)
+        fixture.clock.advance(0.1)
+        #expect(!store.isProtectedDataAvailable)
+        try fixture.unlock(store)
+        #expect(store.isProtectedDataAvailable)
+        device.lock(immediately: true)
+        #expect(!store.isProtectedDataAvailable)
+        store = try fixture.drive(store, to: .beforeFirstUnlock)
+        #expect(!store.isProtectedDataAvailable)
+        try fixture.unlock(store)
+        #expect(store.isProtectedDataAvailable)
+        // Wiped: nothing is available, and the property does not throw.
+        try #require(store.device).wipe()
+        #expect(!store.isProtectedDataAvailable)
+    }
+
+    @Test func withoutAPasscodeLockChangesNothing() throws {
+        let fixture = LibraryFixture()
+        defer { fixture.cleanUp() }
+        var store = try fixture.open(passcode: nil)
+        try store.write(sampleData(100), to: "/a", options: .completeFileProtection)
+        store.device?.lock(immediately: true)
+        #expect(store.device?.state == .locked)
+        #expect(store.isProtectedDataAvailable)
+        #expect(try store.contentsOfItem(atPath: "/a") == sampleData(100))
+        // A reboot comes back unlocked.
+        store.device?.shutdown()
+        store = try fixture.open(passcode: nil)
+        #expect(store.device?.state == .unlocked)
+        #expect(try store.contentsOfItem(atPath: "/a") == sampleData(100))
+    }
+
+    @Test func embeddedBootUnlocksWithThePasscode() throws {
+        let fixture = LibraryFixture()
+        defer { fixture.cleanUp() }
+        var store = try fixture.open()
+        try store.write(sampleData(100), to: "/a", options: .completeFileProtection)
+        store.device?.shutdown()
+        #expect(throws: DeviceError.wrongPasscode(failedAttempts: 1, nextAttemptAt: nil)) { try fixture.open(passcode: "0000") }
+        store = try fixture.open()
+        #expect(store.device?.state == .unlocked)
+        #expect(try store.contentsOfItem(atPath: "/a") == sampleData(100))
+        // The same device and store through a key service that is not a
+        // Device (as behind the agent): same answers, but no event stream.
+        let forwarded = try Store(path: fixture.storeDirectory, keys: ForwardingKeys(try #require(store.device)))
+        #expect(forwarded.device == nil)
+        #expect(forwarded.protectedDataEvents() == nil)
+        #expect(forwarded.isProtectedDataAvailable)
+        #expect(try forwarded.contentsOfItem(atPath: "/a") == sampleData(100))
+    }
+
+    @Test func eventsUseTheIOSNames() async throws {
+        let fixture = LibraryFixture()
+        defer { fixture.cleanUp() }
+        let store = try fixture.open()
+        let device = try #require(store.device)
+        let events = try #require(store.protectedDataEvents())
+        device.lock(immediately: false)
+        fixture.clock.advance(10)
+        #expect(!store.isProtectedDataAvailable)
+        try fixture.unlock(store)
+        device.lock(immediately: true)
+        device.shutdown()
+        var seen: [ProtectionEvent] = []
+        for await event in events { seen.append(event) }
+        #expect(seen == [.protectedDataWillBecomeUnavailable, .protectedDataDidBecomeAvailable,
+                         .protectedDataWillBecomeUnavailable])
+    }
+}
