@@ -97,6 +97,12 @@ public final class Store: @unchecked Sendable {
         }
     }
 
+    /// Whether a file in a namespace directory is a write in progress (or
+    /// left by a crash): a new directory (`.tmp-dir-…`) or an atomic
+    /// replacement (`<name>.tmp-…`, see `FileSystem.writeFileAtomically`).
+    /// Encoded names are base64url, so they never contain ".tmp-".
+    static func isTemporary(_ fileName: String) -> Bool { fileName.contains(".tmp-") }
+
     /// The file-system path of `name` inside `directory`.
     func entryPath(_ name: String, in directory: Directory) throws -> String {
         let encoded = try NameCodec.encode(name, parentID: directory.record.directoryID, keys: metadata)
@@ -505,7 +511,9 @@ public final class Store: @unchecked Sendable {
     public func list(_ path: StorePath) throws -> [ItemInfo] {
         let directory = try self.directory(at: path)
         var items: [ItemInfo] = []
-        for fileName in try fs.contentsOfDirectory(directory.fsPath) where fileName != ".dir" && !fileName.hasPrefix(".tmp-") {
+        // One status for the whole listing, not one per object.
+        var status: DeviceStatus?
+        for fileName in try fs.contentsOfDirectory(directory.fsPath) where fileName != ".dir" && !Self.isTemporary(fileName) {
             let fsPath = directory.fsPath + "/" + fileName
             let isDirectory = kind(of: fsPath) == .directory
             var name: String?
@@ -538,7 +546,8 @@ public final class Store: @unchecked Sendable {
             } else {
                 do {
                     let header = try readHeader(fsPath, name: name, in: directory, path: itemPath)
-                    items.append(ItemInfo(path: itemPath, kind: .object(try objectInfo(itemPath, header: header, headerPath: fsPath))))
+                    if status == nil { status = try keys.status() }
+                    items.append(ItemInfo(path: itemPath, kind: .object(try objectInfo(itemPath, header: header, headerPath: fsPath, status: status))))
                 } catch {
                     items.append(ItemInfo(path: itemPath, kind: .damaged("header")))
                 }
@@ -586,8 +595,8 @@ public final class Store: @unchecked Sendable {
                              created: chain.last!.record.created)
     }
 
-    func objectInfo(_ path: StorePath, header: ObjectHeader, headerPath: String) throws -> ObjectInfo {
-        let status = try keys.status()
+    func objectInfo(_ path: StorePath, header: ObjectHeader, headerPath: String, status known: DeviceStatus? = nil) throws -> ObjectInfo {
+        let status = try known ?? keys.status()
         let cls = header.protectionClass
         var accessible = status.readableClasses.contains(cls.canonicalName)
         var reason: String?
