@@ -60,7 +60,7 @@ extension Store {
             }
             for fileName in names.sorted() where fileName != ".dir" {
                 let fsPath = directory.fsPath + "/" + fileName
-                if fileName.hasPrefix(".tmp-") {
+                if Self.isTemporary(fileName) {
                     temporaries.append(fsPath)
                     continue
                 }

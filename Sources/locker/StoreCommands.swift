@@ -611,6 +611,12 @@ struct Export: ParsableCommand {
 
     func run() throws {
         let store = try global.openStore()
+        // The manifest would overwrite an exported /manifest.json (or fail
+        // on a directory of that name): refuse before writing anything.
+        if (try? store.stat(StorePath(components: ["manifest.json"]))) != nil {
+            throw CommandFailure(.alreadyExists, "/manifest.json in the store collides with the export's manifest",
+                                 hint: "move it first, for example 'locker mv /manifest.json /manifest.json.orig'")
+        }
         try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         var entries: [Entry] = []

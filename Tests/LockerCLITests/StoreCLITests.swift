@@ -1,0 +1,533 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The letters `--class` takes, and the canonical names `stat` prints.
+let storeClassLetters = ["A", "B", "C", "D"]
+let canonicalClassName = ["A": "complete", "B": "completeUnlessOpen", "C": "completeUntilFirstUserAuthentication", "D": "none"]
+
+/// Distinct, deterministic content for `tag`: the tag, then bytes that do
+/// not compress.
+func sampleBytes(_ tag: String, size: Int = 3000) -> Data {
+    var seed: UInt64 = 0xCBF2_9CE4_8422_2325
+    for byte in tag.utf8 { seed = (seed ^ UInt64(byte)) &* 0x100_0000_01B3 }
+    return Data(tag.utf8) + pseudoRandomBytes(size, seed: seed)
+}
+
+/// A refusal because of protection: exit 75, the message, nothing on stdout.
+func expectProtectedDataUnavailable(_ r: RawResult, sourceLocation: SourceLocation = #_sourceLocation) {
+    #expect(r.status == 75, "\(r)", sourceLocation: sourceLocation)
+    #expect(r.stderr.contains("protected data unavailable"), "\(r)", sourceLocation: sourceLocation)
+    #expect(r.stdout.isEmpty, "\(r)", sourceLocation: sourceLocation)
+}
+
+/// End-to-end tests of the store commands through the real `locker` binary
+/// and agent: protection by class and device state, inheritance, names,
+/// export, key reset and the namespace commands.
+@Suite("locker store commands, end to end")
+struct StoreCLITests {
+    // MARK: Class × state
+
+    /// Every cell of the class × state table: read an existing object and
+    /// create a new one, for A–D, before first unlock, unlocked, locking
+    /// and locked.
+    @Test func classStateTable() throws {
+        try withStoreFixture { f in
+            try f.initialize(passcode: "1234", ["--grace", "30"])
+            for c in storeClassLetters { try f.put("/pre/\(c)", sampleBytes("pre-\(c)"), ["--class", c]) }
+            var created: [(path: String, bytes: Data)] = storeClassLetters.map { ("/pre/\($0)", sampleBytes("pre-\($0)")) }
+
+            func check(_ state: String, readable: Set<String>, creatable: Set<String>) throws {
+                #expect(try f.status().state == state)
+                for c in storeClassLetters {
+                    let read = try f.raw(["get", "/pre/\(c)"])
+                    if readable.contains(c) {
+                        #expect(read.status == 0, "\(state): read \(c): \(read)")
+                        #expect(read.stdout == sampleBytes("pre-\(c)"), "\(state): read \(c) returned \(brief(read.stdout))")
+                    } else {
+                        expectProtectedDataUnavailable(read)
+                    }
+                    let path = "/\(state)/\(c)"
+                    let bytes = sampleBytes("\(state)-\(c)")
+                    let local = try f.localFile(bytes)
+                    let put = try f.raw(["put", local, path, "--class", c])
+                    if creatable.contains(c) {
+                        #expect(put.status == 0, "\(state): create \(c): \(put)")
+                        created.append((path, bytes))
+                    } else {
+                        expectProtectedDataUnavailable(put)
+                        let stat = try f.raw(["stat", path])
+                        #expect(stat.status == 66, "a refused put left an object: \(stat)")
+                    }
+                }
+            }
+
+            let all = Set(storeClassLetters)
+            try check("unlocked", readable: all, creatable: all)
+            try f.ok(["lock"])
+            try check("locking", readable: all, creatable: all)
+            try f.ok(["lock", "--now"])
+            try check("locked", readable: ["C", "D"], creatable: ["B", "C", "D"])
+
+            // A class B object created while locked cannot be read until
+            // unlock.
+            expectProtectedDataUnavailable(try f.raw(["get", "/locked/B"]))
+
+            try f.ok(["reboot"])
+            try check("beforeFirstUnlock", readable: ["D"], creatable: ["B", "D"])
+            expectProtectedDataUnavailable(try f.raw(["get", "/beforeFirstUnlock/B"]))
+            expectProtectedDataUnavailable(try f.raw(["get", "/locked/B"]))
+
+            // After unlock every object created in any state reads back
+            // exactly, and no refused put left a data file behind.
+            try f.ok(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            for (path, bytes) in created {
+                let r = try f.raw(["get", path])
+                #expect(r.status == 0, "\(r)")
+                #expect(r.stdout == bytes, "\(path) returned \(brief(r.stdout))")
+            }
+            #expect(f.dataFiles().count == created.count)
+        }
+    }
+
+    /// A class B object opened before a lock stays readable until closed.
+    @Test func openCompleteUnlessOpenObjectSurvivesLockUntilClosed() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let bytes = sampleBytes("open-B", size: 700_000)
+            let (data, _) = try f.putTracked("/docs/b", bytes, ["--class", "B"])
+            let open = try f.ok(["open", "/docs/b"])
+            #expect(open.stdout.contains("Opened /docs/b (completeUnlessOpen)"), "\(open)")
+
+            let status = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
+            #expect(status.openObjects.count == 1)
+            #expect(status.openObjects.first?.protection == "completeUnlessOpen")
+            #expect(status.openObjects.first?.id == (data as NSString).lastPathComponent)
+
+            let lock = try f.ok(["lock", "--now"])
+            #expect(lock.stdout.contains("Still open:"), "\(lock)")
+            let read = try f.raw(["get", "/docs/b"])
+            #expect(read.status == 0, "\(read)")
+            #expect(read.stdout == bytes)
+            let ranged = try f.raw(["get", "/docs/b", "--range", "\(storeChunk - 2)-\(storeChunk + 1)"])
+            #expect(ranged.stdout == bytes[(storeChunk - 2)...(storeChunk + 1)], "\(ranged)")
+            let stat = try f.stat("/docs/b")
+            #expect(stat.accessible == true)
+            #expect(stat.reason == "open")
+
+            try f.ok(["close", "/docs/b"])
+            let after = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
+            #expect(after.openObjects.isEmpty)
+            expectProtectedDataUnavailable(try f.raw(["get", "/docs/b"]))
+            #expect(try f.stat("/docs/b").accessible == false)
+            let out = f.root + "/b.out"
+            expectProtectedDataUnavailable(try f.raw(["get", "/docs/b", out]))
+            #expect(!FileManager.default.fileExists(atPath: out), "a refused get wrote \(out)")
+
+            try f.ok(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            #expect(try f.raw(["get", "/docs/b"]).stdout == bytes)
+        }
+    }
+
+    /// An open class A object is readable during the grace period and not
+    /// after it, open or not.
+    @Test func openCompleteObjectFailsOnceGraceEnds() throws {
+        try withStoreFixture { f in
+            try f.initialize(passcode: "1234", ["--grace", "1"])
+            let bytes = sampleBytes("open-A")
+            try f.put("/a", bytes, ["--class", "A"])
+            try f.ok(["open", "/a"])
+            let opened = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
+            #expect(opened.openObjects.map(\.protection) == ["complete"])
+
+            // The read must land inside the one-second grace; on a machine
+            // too busy for that, try again rather than fail.
+            var lockedAt = Date()
+            var readInGrace = false
+            for _ in 0..<4 where !readInGrace {
+                lockedAt = Date()
+                let lock = try f.ok(["lock", "--json"])
+                #expect(lock.stdout.contains("\"locking\""), "\(lock)")
+                let read = try f.raw(["get", "/a"])
+                let elapsed = Date().timeIntervalSince(lockedAt)
+                if read.status == 0 {
+                    #expect(read.stdout == bytes)
+                    readInGrace = true
+                } else if elapsed < 1 {
+                    Issue.record("refused inside the grace period: \(read)")
+                    break
+                } else {
+                    try f.ok(["unlock", "--passcode-stdin"], stdin: "1234\n")
+                }
+            }
+            #expect(readInGrace, "never managed to read inside the grace period")
+
+            Thread.sleep(until: lockedAt.addingTimeInterval(1.5))
+            let status = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
+            #expect(status.state == "locked")
+            // Its file key went with the class A key (the contract: "so are
+            // the file keys of open class A objects"); it was never closed.
+            expectProtectedDataUnavailable(try f.raw(["get", "/a"]))
+            #expect(try f.stat("/a").accessible == false)
+        }
+    }
+
+    // MARK: Inheritance
+
+    @Test func classesAreInheritedFromTheNearestDirectory() throws {
+        try withStoreFixture { f in
+            try f.initialize(passcode: "1234", ["--default-class", "D"])
+            try f.ok(["mkdir", "/a", "--class", "A"])
+            try f.ok(["mkdir", "/a/b", "--class", "D"])
+            try f.ok(["mkdir", "/plain"])
+            let x = sampleBytes("a/x"), y = sampleBytes("a/b/y"), z = sampleBytes("a/z"), top = sampleBytes("top"), p = sampleBytes("plain/p")
+            try f.put("/a/x", x)
+            try f.put("/a/b/y", y)
+            try f.put("/a/z", z, ["--class", "C"])
+            try f.put("/top", top)
+            try f.put("/plain/p", p)
+
+            func expectClass(_ path: String, _ protection: String, _ source: String?,
+                             sourceLocation: SourceLocation = #_sourceLocation) throws {
+                let s = try f.stat(path)
+                #expect(s.protection == protection, "\(path): \(String(describing: s.protection))", sourceLocation: sourceLocation)
+                if let source {
+                    #expect(s.protectionSource == source, "\(path): \(String(describing: s.protectionSource))",
+                            sourceLocation: sourceLocation)
+                }
+            }
+            try expectClass("/a/x", "complete", "inherited:/a")
+            try expectClass("/a/b/y", "none", "inherited:/a/b")
+            try expectClass("/a/z", "completeUntilFirstUserAuthentication", "explicit")
+            try expectClass("/top", "none", "storeDefault")
+            try expectClass("/plain/p", "none", "storeDefault")
+            let dir = try f.stat("/a")
+            #expect(dir.type == "directory")
+            #expect(dir.defaultClass == "complete")
+            let plain = try f.stat("/plain")
+            #expect(plain.defaultClass == nil)
+            #expect(plain.effectiveDefault == "none")
+            #expect(plain.defaultSource == "storeDefault")
+
+            // A new default applies to new objects only.
+            try f.ok(["setclass", "/a", "B"])
+            try expectClass("/a/x", "complete", "inherited:/a")
+            try f.put("/a/new", sampleBytes("a/new"))
+            try expectClass("/a/new", "completeUnlessOpen", "inherited:/a")
+            try expectClass("/a/b/y", "none", "inherited:/a/b")
+
+            // --recursive rewraps everything below, content untouched.
+            let recursive = try f.ok(["setclass", "/a", "C", "--recursive"])
+            #expect(recursive.stdout.contains("rewrapped"), "\(recursive)")
+            for path in ["/a/x", "/a/new", "/a/z", "/a/b/y"] {
+                try expectClass(path, "completeUntilFirstUserAuthentication", nil)
+            }
+            try expectClass("/a/x", "completeUntilFirstUserAuthentication", "inherited:/a")
+            #expect(try f.raw(["get", "/a/x"]).stdout == x)
+            #expect(try f.raw(["get", "/a/b/y"]).stdout == y)
+            #expect(try f.raw(["get", "/a/new"]).stdout == sampleBytes("a/new"))
+            try expectClass("/top", "none", "storeDefault")
+
+            // A move keeps the class and where it came from.
+            try f.ok(["mv", "/a/x", "/plain/x-moved"])
+            try expectClass("/plain/x-moved", "completeUntilFirstUserAuthentication", "inherited:/a")
+            #expect(try f.raw(["get", "/plain/x-moved"]).stdout == x)
+            try f.ok(["mv", "/a/b", "/plain/b-moved"])
+            try expectClass("/plain/b-moved/y", "completeUntilFirstUserAuthentication", nil)
+
+            // setclass on an object: new class, explicit, same bytes.
+            let stored = try f.stat("/top")
+            try f.ok(["setclass", "/top", "A"])
+            try expectClass("/top", "complete", "explicit")
+            let after = try f.stat("/top")
+            #expect(after.size == stored.size)
+            #expect(after.storedSize == stored.storedSize, "setclass should rewrap the key only")
+            #expect(try f.raw(["get", "/top"]).stdout == top)
+            try f.ok(["lock", "--now"])
+            expectProtectedDataUnavailable(try f.raw(["get", "/top"]))
+            #expect(try f.raw(["get", "/plain/p"]).stdout == p)
+        }
+    }
+
+    // MARK: Names
+
+    /// Nothing under the store directory shows a name, a content or a
+    /// class.
+    @Test func storeDirectoryRevealsNoNamesContentsOrClasses() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let content = Data(String(repeating: "CONTENT-MARKER-123 ", count: 50).utf8)
+            try f.ok(["mkdir", "/private-dir-QRS", "--class", "A"])
+            try f.ok(["mkdir", "/private-dir-QRS/inner-private-dir-QRS", "--class", "B"])
+            for c in storeClassLetters {
+                try f.put("/private-dir-QRS/secret-name-XYZ-\(c)", content, ["--class", c])
+                try f.put("/private-dir-QRS/inner-private-dir-QRS/secret-name-XYZ-\(c)", content, ["--class", c])
+                try f.put("/secret-name-XYZ-root-\(c)", content, ["--class", c])
+            }
+            try f.put("/private-dir-QRS/secret-name-XYZ-inherited", content)
+            try f.put("/" + String(repeating: "secret-name-XYZ-long-", count: 30), content)
+            let ls = try f.ok(["ls", "/private-dir-QRS"])
+            #expect(ls.stdout.contains("secret-name-XYZ-A"), "\(ls)")
+
+            let markers = ["secret-name-XYZ", "private-dir-QRS", "CONTENT-MARKER-123", "complete", "Unless",
+                           "UntilFirst", "untilFirstAuth", "none"]
+            var scanned = 0
+            let walker = try #require(FileManager.default.enumerator(atPath: f.store))
+            while let relative = walker.nextObject() as? String {
+                for marker in markers {
+                    #expect(!relative.contains(marker), "a file name shows \(marker): \(relative)")
+                }
+                let full = f.store + "/" + relative
+                var st = Glibc.stat()
+                guard lstat(full, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { continue }
+                let bytes = try fileBytes(full)
+                scanned += 1
+                for marker in markers {
+                    #expect(bytes.range(of: Data(marker.utf8)) == nil, "\(relative) contains \(marker)")
+                }
+            }
+            #expect(scanned >= 14, "only \(scanned) files scanned")
+        }
+    }
+
+    /// A 600-byte name is stored, fetched, listed, stat'ed and moved.
+    @Test func namesLongerThan255Bytes() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let long = String(repeating: "long-name-", count: 60)
+            let longDir = String(repeating: "dir-", count: 150)
+            #expect(long.utf8.count == 600)
+            let bytes = sampleBytes("long")
+            try f.put("/\(longDir)/\(long)", bytes)
+            #expect(try f.raw(["get", "/\(longDir)/\(long)"]).stdout == bytes)
+            let ls = try f.ok(["ls", "/\(longDir)"])
+            #expect(ls.stdout == long + "\n", "\(ls)")
+            let root = try f.ok(["ls", "/"])
+            #expect(root.stdout == longDir + "/\n", "\(root)")
+            let stat = try f.stat("/\(longDir)/\(long)")
+            #expect(stat.path == "/\(longDir)/\(long)")
+            #expect(stat.size == UInt64(bytes.count))
+
+            let renamed = "renamed-" + long
+            try f.ok(["mv", "/\(longDir)/\(long)", "/\(longDir)/\(renamed)"])
+            try f.ok(["mv", "/\(longDir)/\(renamed)", "/"])
+            #expect(try f.raw(["get", "/\(renamed)"]).stdout == bytes)
+            #expect(try f.ok(["ls", "/\(longDir)"]).stdout.isEmpty)
+            let json = try f.ok(["ls", "--json", "/"])
+            let items = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]]
+            #expect(Set(items?.compactMap { $0["path"] as? String } ?? []) == ["/\(longDir)", "/\(renamed)"])
+
+            let tooLong = String(repeating: "x", count: 1025)
+            let r = try f.raw(["put", "-", "/\(tooLong)"])
+            #expect(r.status == 64, "\(r)")
+        }
+    }
+
+    @Test func invalidPathsAreUsageErrors() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = try f.localFile(Data("x".utf8))
+            try f.put("/a/b", Data("b".utf8))
+            for bad in ["/a/../b", "a//b", "/a/./b", "..", ""] {
+                for arguments in [["get", bad], ["put", local, bad], ["stat", bad], ["mkdir", bad], ["rm", bad],
+                                  ["mv", "/a/b", bad], ["mv", bad, "/c"], ["ls", bad], ["setclass", bad, "A"]] {
+                    let r = try f.raw(arguments)
+                    #expect(r.status == 64, "\(r)")
+                    #expect(r.stderr.hasPrefix("locker: error: "), "\(r)")
+                }
+            }
+            #expect(try f.raw(["get", "/a/b"]).stdout == Data("b".utf8))
+            #expect(f.dataFiles().count == 1)
+        }
+    }
+
+    // MARK: Export
+
+    @Test func exportRoundTripsAndSkipsLockedObjects() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            var objects: [String: (cls: String, bytes: Data)] = [:]
+            for (i, c) in storeClassLetters.enumerated() {
+                objects["/\(c).bin"] = (c, sampleBytes("export-\(c)", size: 100 + i * 300_000))
+                objects["/dir/sub/\(c)"] = (c, sampleBytes("export-sub-\(c)"))
+            }
+            objects["/dir/empty"] = ("D", Data())
+            for (path, object) in objects { try f.put(path, object.bytes, ["--class", object.cls]) }
+
+            struct Manifest: Decodable {
+                struct Entry: Decodable {
+                    var path: String
+                    var protection: String
+                    var protectionSource: String
+                    var size: UInt64
+                    var exported: Bool
+                    var skipped: String?
+                }
+                var objects: [Entry]
+            }
+            func manifest(_ dest: String) throws -> [String: Manifest.Entry] {
+                let decoded = try JSONDecoder().decode(Manifest.self, from: fileBytes(dest + "/manifest.json"))
+                return Dictionary(decoded.objects.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
+            }
+
+            let all = f.root + "/export-all"
+            let r = try f.raw(["export", all])
+            #expect(r.status == 0, "\(r)")
+            let m = try manifest(all)
+            #expect(Set(m.keys) == Set(objects.keys))
+            for (path, object) in objects {
+                #expect(try fileBytes(all + path) == object.bytes, "\(path)")
+                #expect(m[path]?.protection == canonicalClassName[object.cls])
+                #expect(m[path]?.exported == true)
+                #expect(m[path]?.size == UInt64(object.bytes.count))
+            }
+
+            try f.ok(["lock", "--now"])
+            let locked = f.root + "/export-locked"
+            let refused = try f.raw(["export", locked])
+            #expect(refused.status == 75, "\(refused)")
+            #expect(refused.stderr.contains("--skip-unavailable"), "\(refused)")
+            let lm = try manifest(locked)
+            #expect(Set(lm.keys) == Set(objects.keys))
+            for (path, object) in objects {
+                let unavailable = object.cls == "A" || object.cls == "B"
+                #expect(lm[path]?.exported == !unavailable, "\(path)")
+                if unavailable {
+                    #expect(lm[path]?.skipped?.contains("locked") == true, "\(path): \(String(describing: lm[path]?.skipped))")
+                    #expect(refused.text.contains("skipped \(path)"), "\(refused)")
+                    #expect(!FileManager.default.fileExists(atPath: locked + path), "\(path) was written")
+                } else {
+                    #expect(lm[path]?.skipped == nil)
+                    #expect(try fileBytes(locked + path) == object.bytes, "\(path)")
+                }
+            }
+
+            let skipping = f.root + "/export-skip"
+            let skipped = try f.raw(["export", skipping, "--skip-unavailable"])
+            #expect(skipped.status == 0, "\(skipped)")
+            #expect(try manifest(skipping).values.filter { !$0.exported }.count == 4)
+            let leftovers = try FileManager.default.subpathsOfDirectory(atPath: skipping).filter { $0.contains(".locker-") }
+            #expect(leftovers.isEmpty, "temporary files left: \(leftovers)")
+
+            // An object named like the manifest would be overwritten by it:
+            // refused before anything is written.
+            try f.put("/manifest.json", Data("not the manifest".utf8), ["--class", "D"])
+            let clash = f.root + "/export-clash"
+            let collides = try f.raw(["export", clash, "--skip-unavailable"])
+            #expect(collides.status == 73, "\(collides)")
+            #expect(collides.stderr.contains("/manifest.json"), "\(collides)")
+            #expect(!FileManager.default.fileExists(atPath: clash))
+            try f.ok(["mv", "/manifest.json", "/dir/manifest.json"])
+            let moved = try f.raw(["export", clash, "--skip-unavailable"])
+            #expect(moved.status == 0, "\(moved)")
+            #expect(try fileBytes(clash + "/dir/manifest.json") == Data("not the manifest".utf8))
+        }
+    }
+
+    // MARK: Key reset
+
+    @Test func keyResetMakesOldObjectsFailUntilPurged() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            for c in storeClassLetters {
+                try f.put("/old/\(c)", sampleBytes("old-\(c)"), ["--class", c])
+                try f.put("/old/nested/\(c)", sampleBytes("old-nested-\(c)"), ["--class", c])
+            }
+            let reset = try f.ok(["reset"], stdin: "9999\n")
+            #expect(reset.stdout.contains("generation 2"), "\(reset)")
+            for c in ["A", "B", "C"] {
+                let r = try f.raw(["get", "/old/\(c)"])
+                #expect(r.status == 69, "\(r)")
+                #expect(r.stdout.isEmpty)
+                #expect(r.stderr.contains("locker purge --key-reset"), "\(r)")
+                #expect(try f.stat("/old/\(c)").reason == "keyReset")
+            }
+            #expect(try f.raw(["get", "/old/D"]).stdout == sampleBytes("old-D"))
+            #expect(try f.raw(["get", "/old/nested/D"]).stdout == sampleBytes("old-nested-D"))
+            for c in storeClassLetters { try f.put("/new/\(c)", sampleBytes("new-\(c)"), ["--class", c]) }
+            let dataBefore = f.dataFiles()
+
+            let purge = try f.ok(["purge", "--key-reset"])
+            #expect(purge.stdout.contains("Purged 6 objects"), "\(purge)")
+            #expect(f.dataFiles().count == dataBefore.count - 6)
+            #expect(f.dataFiles().isSubset(of: dataBefore))
+            #expect(try f.ok(["ls", "/old"]).stdout == "D\nnested/\n")
+            #expect(try f.ok(["ls", "/old/nested"]).stdout == "D\n")
+            for c in storeClassLetters {
+                #expect(try f.raw(["get", "/new/\(c)"]).stdout == sampleBytes("new-\(c)"))
+            }
+            #expect(try f.raw(["get", "/old/nested/D"]).stdout == sampleBytes("old-nested-D"))
+            let again = try f.ok(["purge", "--key-reset"])
+            #expect(again.stdout.contains("Purged 0 objects"), "\(again)")
+            #expect(f.dataFiles().count == dataBefore.count - 6)
+        }
+    }
+
+    // MARK: ls, stat, rm, mv
+
+    @Test func namespaceBasics() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            for c in storeClassLetters { try f.put("/d/\(c)", sampleBytes("basic-\(c)"), ["--class", c]) }
+            try f.put("/d/sub/deep", sampleBytes("deep"))
+            try f.put("/other", sampleBytes("other"))
+
+            let rm = try f.raw(["rm", "/d"])
+            #expect(rm.status != 0, "\(rm)")
+            #expect(rm.stderr.contains("not empty"), "\(rm)")
+            #expect(try f.raw(["get", "/d/A"]).stdout == sampleBytes("basic-A"))
+
+            let long = try f.ok(["ls", "-l", "/d"])
+            let lines = long.stdout.split(separator: "\n")
+            #expect(lines.count == 5, "\(long)")
+            for c in storeClassLetters {
+                #expect(lines.contains { $0.hasPrefix("\(c) ") && $0.hasSuffix(" \(c)") }, "no line for \(c): \(long)")
+            }
+            #expect(lines.contains { $0.hasPrefix("d ") && $0.hasSuffix("sub/") }, "\(long)")
+
+            let json = try f.ok(["ls", "--json", "/d"])
+            let items = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
+            #expect(items.count == 5)
+            #expect(Set(items.compactMap { $0["protection"] as? String }) == Set(canonicalClassName.values))
+            #expect(items.contains { $0["path"] as? String == "/d/sub" && $0["type"] as? String == "directory" })
+
+            let missing = try f.raw(["get", "/d/nothing"])
+            #expect(missing.status == 66, "\(missing)")
+            #expect(missing.stdout.isEmpty)
+            #expect(try f.raw(["stat", "/nothing/here"]).status == 66)
+            #expect(try f.raw(["rm", "/nothing"]).status == 66)
+            #expect(try f.raw(["mv", "/nothing", "/x"]).status == 66)
+            #expect(try f.raw(["ls", "/nothing"]).status == 66)
+
+            let onto = try f.raw(["mv", "/other", "/d/A"])
+            #expect(onto.status == 73, "\(onto)")
+            #expect(try f.raw(["get", "/d/A"]).stdout == sampleBytes("basic-A"))
+            #expect(try f.raw(["get", "/other"]).stdout == sampleBytes("other"))
+            let mkdirAgain = try f.raw(["mkdir", "/d"])
+            #expect(mkdirAgain.status == 73, "\(mkdirAgain)")
+
+            // Into a directory, under its own name; then a rename.
+            try f.ok(["mv", "/other", "/d/sub"])
+            #expect(try f.raw(["get", "/d/sub/other"]).stdout == sampleBytes("other"))
+            try f.ok(["mv", "/d/sub/other", "/renamed"])
+            #expect(try f.raw(["get", "/renamed"]).stdout == sampleBytes("other"))
+            #expect(try f.raw(["get", "/d/sub/other"]).status == 66)
+            let intoItself = try f.raw(["mv", "/d", "/d/sub"])
+            #expect(intoItself.status != 0, "\(intoItself)")
+
+            let getDir = try f.raw(["get", "/d"])
+            #expect(getDir.status != 0 && getDir.stdout.isEmpty, "\(getDir)")
+
+            let before = f.dataFiles().count
+            try f.ok(["rm", "/renamed"])
+            #expect(f.dataFiles().count == before - 1)
+            try f.ok(["rm", "-r", "/d"])
+            #expect(f.dataFiles().isEmpty, "data files left: \(f.dataFiles())")
+            #expect(f.headerFiles().isEmpty)
+            #expect(try f.ok(["ls"]).stdout.isEmpty)
+            #expect(try f.raw(["get", "/d/A"]).status == 66)
+        }
+    }
+}

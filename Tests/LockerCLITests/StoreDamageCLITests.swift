@@ -1,0 +1,336 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Object sizes around the chunk size, ranges across chunk edges, and
+/// damage to the files of the store: every damaged read exits 65 and never
+/// prints a byte that is not the object's.
+@Suite("locker store boundaries and damage, end to end")
+struct StoreDamageCLITests {
+    // MARK: Boundary table
+
+    static let boundarySizes = [0, 1, storeChunk - 1, storeChunk, storeChunk + 1, 3 * storeChunk + 7]
+
+    /// Ranges (inclusive) worth reading in an object of `size` bytes.
+    static func ranges(size: Int) -> [ClosedRange<Int>] {
+        guard size > 0 else { return [] }
+        var ranges = [0...0, 0...(size - 1), (size - 1)...(size - 1), max(0, size - 5)...(size - 1)]
+        if size > storeChunk + 4 { ranges.append((storeChunk - 5)...(storeChunk + 4)) }
+        if size > storeChunk { ranges += [(storeChunk - 1)...storeChunk, storeChunk...(size - 1), (storeChunk - 1)...(storeChunk - 1)] }
+        if size > 2 * storeChunk + 3 { ranges += [(storeChunk - 3)...(2 * storeChunk + 2), (2 * storeChunk)...(2 * storeChunk)] }
+        if size > 3 * storeChunk { ranges += [(3 * storeChunk - 3)...(size - 1), (3 * storeChunk)...(size - 1)] }
+        return ranges
+    }
+
+    @Test func sizesAroundTheChunkSize() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            for (i, size) in Self.boundarySizes.enumerated() {
+                let bytes = pseudoRandomBytes(size, seed: UInt64(1000 + i))
+                let path = "/sizes/s\(size)"
+                try f.put(path, bytes)
+                try Self.checkObject(f, path: path, bytes: bytes, toFile: i % 2 == 0)
+            }
+        }
+    }
+
+    /// One 64 MiB object: whole, ranges across chunk edges, the last bytes.
+    @Test func a64MiBObject() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let size = 64 << 20
+            let bytes = pseudoRandomBytes(size, seed: 64)
+            let local = try f.localFile(bytes, name: "big.bin")
+            try f.ok(["put", local, "/big", "--class", "A"], timeout: 120)
+            try FileManager.default.removeItem(atPath: local)
+            let stat = try f.stat("/big")
+            #expect(stat.size == UInt64(size))
+            #expect(stat.chunks == 256)
+            #expect(stat.chunkSize == UInt64(storeChunk))
+            #expect((stat.storedSize ?? 0) > UInt64(size), "random bytes do not compress")
+
+            let out = f.root + "/big.out"
+            try f.ok(["get", "/big", out], timeout: 120)
+            #expect(try fileBytes(out) == bytes, "the 64 MiB object did not round-trip")
+            try FileManager.default.removeItem(atPath: out)
+            let whole = try f.raw(["get", "/big"], timeout: 120)
+            #expect(whole.status == 0)
+            #expect(whole.stdout == bytes, "the 64 MiB object on stdout: \(whole.stdout.count) bytes")
+
+            for range in [(storeChunk - 5)...(storeChunk + 4), (128 * storeChunk - 10)...(130 * storeChunk + 10), (size - 7)...(size - 1),
+                          (255 * storeChunk - 1)...(size - 1), 0...(2 * storeChunk)] {
+                let r = try f.raw(["get", "/big", "--range", "\(range.lowerBound)-\(range.upperBound)"])
+                #expect(r.status == 0, "\(r)")
+                #expect(r.stdout == bytes[range], "range \(range): \(r.stdout.count) bytes")
+            }
+            let open = try f.raw(["get", "/big", "--range", "\(size - 3)-"])
+            #expect(open.stdout == bytes[(size - 3)...], "\(open)")
+            let past = try f.raw(["get", "/big", "--range", "\(size - 1)-\(size)"])
+            #expect(past.status == 64, "\(past)")
+        }
+    }
+
+    /// Checks `stat`, the whole object and every range of `ranges(size:)`,
+    /// and that a range past the end is a usage error.
+    static func checkObject(_ f: CLIFixture, path: String, bytes: Data, toFile: Bool) throws {
+        let size = bytes.count
+        let stat = try f.stat(path)
+        #expect(stat.size == UInt64(size), "\(path)")
+        #expect(stat.chunks == UInt64(max(1, (size + storeChunk - 1) / storeChunk)), "\(path)")
+        #expect(stat.chunkSize == UInt64(storeChunk), "\(path)")
+
+        let whole = try f.raw(["get", path])
+        #expect(whole.status == 0, "\(whole)")
+        #expect(whole.stdout == bytes, "\(path) returned \(whole.stdout.count) bytes")
+        if toFile {
+            let out = f.root + "/out-\(size)"
+            try f.ok(["get", path, out])
+            #expect(try fileBytes(out) == bytes, "\(path) into a file")
+            try FileManager.default.removeItem(atPath: out)
+        }
+        for range in ranges(size: size) {
+            let r = try f.raw(["get", path, "--range", "\(range.lowerBound)-\(range.upperBound)"])
+            #expect(r.status == 0, "\(r)")
+            #expect(r.stdout == bytes[range], "\(path) range \(range) returned \(r.stdout.count) bytes")
+        }
+        for past in ["\(size)-\(size)", "0-\(size)", "\(size + 10)-\(size + 20)"] + (size == 0 ? ["0-"] : []) {
+            let r = try f.raw(["get", path, "--range", past])
+            #expect(r.status == 64, "\(r)")
+            #expect(r.stdout.isEmpty, "\(r)")
+        }
+    }
+
+    // MARK: Damage
+
+    /// A damaged read: exit 65, an integrity message, and stdout empty (or,
+    /// when `prefixAllowed`, a prefix of the true content).
+    static func expectIntegrityFailure(_ r: RawResult, truth: Data, prefixAllowed: Bool = false,
+                                       sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(r.status == 65, "\(r)", sourceLocation: sourceLocation)
+        #expect(r.stderr.contains("integrity failure"), "\(r)", sourceLocation: sourceLocation)
+        if prefixAllowed {
+            #expect(isPrefix(r.stdout, of: truth) && r.stdout.count < truth.count,
+                    "stdout is not a strict prefix of the object: \(r.stdout.count) bytes", sourceLocation: sourceLocation)
+        } else {
+            #expect(r.stdout.isEmpty, "a damaged object printed \(r.stdout.count) bytes", sourceLocation: sourceLocation)
+        }
+    }
+
+    /// Expects `get path` (whole, and into a file) to fail with 65, then
+    /// runs `restore` and expects the object back intact.
+    static func expectDamaged(_ f: CLIFixture, _ path: String, truth: Data, prefixAllowed: Bool = false,
+                              what: String, restore: () throws -> Void,
+                              sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let r = try f.raw(["get", path])
+        expectIntegrityFailure(r, truth: truth, prefixAllowed: prefixAllowed, sourceLocation: sourceLocation)
+        if r.status != 65 { Issue.record("damage not detected: \(what)", sourceLocation: sourceLocation) }
+        let out = f.root + "/damaged.out"
+        let toFile = try f.raw(["get", path, out])
+        #expect(toFile.status == 65, "\(what): \(toFile)", sourceLocation: sourceLocation)
+        #expect(!FileManager.default.fileExists(atPath: out), "\(what): a damaged get wrote \(out)",
+                sourceLocation: sourceLocation)
+        try restore()
+        let back = try f.raw(["get", path])
+        #expect(back.status == 0 && back.stdout == truth, "\(what): not intact after restoring: \(back)",
+                sourceLocation: sourceLocation)
+    }
+
+    @Test func flippedBitsInTheHeader() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let bytes = pseudoRandomBytes(5000, seed: 1)
+            let (_, header) = try f.putTracked("/dir/obj", bytes)
+            let size = fileSize(header)
+            #expect(size > 100)
+            for offset in [0, 4, 6, 8, 20, size / 2, size - 17, size - 1] {
+                try flipBit(header, at: offset)
+                let stat = try f.raw(["stat", "/dir/obj"])
+                #expect(stat.status == 65, "header byte \(offset): \(stat)")
+                try Self.expectDamaged(f, "/dir/obj", truth: bytes, what: "header byte \(offset)") {
+                    try flipBit(header, at: offset)
+                }
+            }
+            // ls shows the damaged entry rather than failing or hiding it.
+            try flipBit(header, at: size / 2)
+            let ls = try f.ok(["ls", "/dir"])
+            #expect(ls.stdout.contains("damaged"), "\(ls)")
+            try flipBit(header, at: size / 2)
+
+            // The directory's record is checked on the way to the object.
+            let record = (header as NSString).deletingLastPathComponent + "/.dir"
+            for offset in [0, fileSize(record) / 2, fileSize(record) - 1] {
+                try flipBit(record, at: offset)
+                try Self.expectDamaged(f, "/dir/obj", truth: bytes, what: "directory record byte \(offset)") {
+                    try flipBit(record, at: offset)
+                }
+            }
+        }
+    }
+
+    /// What an interrupted atomic write leaves (`<name>.tmp-<pid>-<n>`
+    /// beside a header, `.dir.tmp-…` in a directory) is not an entry:
+    /// `ls` shows no damaged item and `export` succeeds.
+    @Test func leftoverTemporaryFilesAreNotEntries() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let bytes = pseudoRandomBytes(2000, seed: 13)
+            let (_, header) = try f.putTracked("/dir/obj", bytes)
+            let (_, topHeader) = try f.putTracked("/top", bytes)
+            let directory = (header as NSString).deletingLastPathComponent
+            try writeBytes(try fileBytes(header), to: header + ".tmp-4242-17")
+            try writeBytes(try fileBytes(directory + "/.dir"), to: directory + "/.dir.tmp-4242-18")
+            try writeBytes(try fileBytes(topHeader), to: topHeader + ".tmp-4242-19")
+
+            for dir in ["/", "/dir"] {
+                let ls = try f.raw(["ls", "--json", dir])
+                #expect(ls.status == 0 && !ls.text.contains("damaged"), "\(ls)")
+            }
+            #expect(try f.ok(["ls", "/dir"]).stdout == "obj\n")
+            let export = try f.raw(["export", f.root + "/export"])
+            #expect(export.status == 0, "\(export)")
+            #expect(try fileBytes(f.root + "/export/dir/obj") == bytes)
+            #expect(try f.raw(["get", "/dir/obj"]).stdout == bytes)
+            try f.ok(["rm", "-r", "/dir"])
+            #expect(!FileManager.default.fileExists(atPath: directory))
+        }
+    }
+
+    @Test func flippedBitsInTheData() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let small = pseudoRandomBytes(1000, seed: 2)
+            let (smallData, _) = try f.putTracked("/small", small)
+            let smallSize = fileSize(smallData)
+            for offset in [0, 1, smallSize / 2, smallSize - 21, smallSize - 17, smallSize - 1] {
+                try flipBit(smallData, at: offset)
+                try Self.expectDamaged(f, "/small", truth: small, what: "small data byte \(offset)") {
+                    try flipBit(smallData, at: offset)
+                }
+            }
+
+            let multi = pseudoRandomBytes(3 * storeChunk + 7, seed: 3)
+            let (multiData, _) = try f.putTracked("/multi", multi)
+            let multiSize = fileSize(multiData)
+            let indexLength = 4 * 4 + 16
+            for offset in [0, 100, storeChunk - 1, storeChunk + 20, multiSize / 2, 3 * storeChunk + 30,
+                           multiSize - indexLength, multiSize - 1] {
+                try flipBit(multiData, at: offset)
+                try Self.expectDamaged(f, "/multi", truth: multi, prefixAllowed: true, what: "multi data byte \(offset)") {
+                    try flipBit(multiData, at: offset)
+                }
+            }
+
+            // Damage in chunk 1 does not stop a range inside chunk 3; a range
+            // that needs chunk 1 fails with 65.
+            try flipBit(multiData, at: storeChunk + 100)
+            let far = try f.raw(["get", "/multi", "--range", "\(3 * storeChunk)-\(3 * storeChunk + 6)"])
+            #expect(far.status == 0 && far.stdout == multi[(3 * storeChunk)...(3 * storeChunk + 6)], "\(far)")
+            let near = try f.raw(["get", "/multi", "--range", "\(storeChunk - 2)-\(storeChunk + 2)"])
+            Self.expectIntegrityFailure(near, truth: multi[(storeChunk - 2)...(storeChunk + 2)])
+            try flipBit(multiData, at: storeChunk + 100)
+
+            // With more chunks than one batch, the chunks before the damage
+            // may reach stdout: only ever a prefix of the true bytes.
+            let long = pseudoRandomBytes(10 * storeChunk + 3, seed: 4)
+            let (longData, _) = try f.putTracked("/long", long)
+            try flipBit(longData, at: 8 * (storeChunk + 17) + 50)
+            let partial = try f.raw(["get", "/long"])
+            Self.expectIntegrityFailure(partial, truth: long, prefixAllowed: true)
+            try flipBit(longData, at: 8 * (storeChunk + 17) + 50)
+            #expect(try f.raw(["get", "/long"]).stdout == long)
+        }
+    }
+
+    @Test func truncatedAndExtendedDataFiles() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let bytes = pseudoRandomBytes(3 * storeChunk + 7, seed: 5)
+            let (data, _) = try f.putTracked("/obj", bytes)
+            let original = try fileBytes(data)
+            let size = original.count
+            let record = storeChunk + 17
+            #expect(size == 3 * record + (7 + 17) + 4 * 4 + 16, "random chunks are stored as is: \(size) bytes")
+            for length in [0, 1, record - 1, record, record + 1, 2 * record, 3 * record, 3 * record + 24, size - 32, size - 1] {
+                try writeBytes(original.prefix(length), to: data)
+                try Self.expectDamaged(f, "/obj", truth: bytes, prefixAllowed: true, what: "truncated to \(length)") {
+                    try writeBytes(original, to: data)
+                }
+            }
+            for extra in [Data([0]), Data(count: 32), pseudoRandomBytes(storeChunk, seed: 6)] {
+                try writeBytes(original + extra, to: data)
+                try Self.expectDamaged(f, "/obj", truth: bytes, prefixAllowed: true, what: "\(extra.count) bytes appended") {
+                    try writeBytes(original, to: data)
+                }
+            }
+            try FileManager.default.removeItem(atPath: data)
+            let missing = try f.raw(["get", "/obj"])
+            Self.expectIntegrityFailure(missing, truth: bytes)
+        }
+    }
+
+    @Test func dataFilesSwappedBetweenObjects() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            for (size, prefixAllowed) in [(4000, false), (2 * storeChunk + 9, true)] {
+                let one = pseudoRandomBytes(size, seed: 7)
+                let two = pseudoRandomBytes(size, seed: 8)
+                let (oneData, _) = try f.putTracked("/one-\(size)", one)
+                let (twoData, _) = try f.putTracked("/dir/two-\(size)", two)
+                let oneBytes = try fileBytes(oneData)
+                let twoBytes = try fileBytes(twoData)
+                #expect(oneBytes.count == twoBytes.count)
+                try writeBytes(twoBytes, to: oneData)
+                try writeBytes(oneBytes, to: twoData)
+                let r1 = try f.raw(["get", "/one-\(size)"])
+                Self.expectIntegrityFailure(r1, truth: one, prefixAllowed: prefixAllowed)
+                #expect(!isPrefix(two.prefix(1000), of: r1.stdout), "the other object's bytes came out")
+                try Self.expectDamaged(f, "/dir/two-\(size)", truth: two, prefixAllowed: prefixAllowed,
+                                       what: "data files swapped") {
+                    try writeBytes(oneBytes, to: oneData)
+                    try writeBytes(twoBytes, to: twoData)
+                }
+                #expect(try f.raw(["get", "/one-\(size)"]).stdout == one)
+            }
+        }
+    }
+
+    @Test func headersCopiedOverOtherObjects() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let x = pseudoRandomBytes(3000, seed: 9)
+            let y = pseudoRandomBytes(3000, seed: 10)
+            let z = pseudoRandomBytes(3000, seed: 11)
+            let (_, xHeader) = try f.putTracked("/x", x)
+            let (_, yHeader) = try f.putTracked("/y", y)
+            // Same name, another directory.
+            let (_, zHeader) = try f.putTracked("/sub/x", z)
+            let yOriginal = try fileBytes(yHeader)
+            let zOriginal = try fileBytes(zHeader)
+
+            // /x's header under /y's name.
+            try writeBytes(try fileBytes(xHeader), to: yHeader)
+            #expect(try f.raw(["stat", "/y"]).status == 65)
+            try Self.expectDamaged(f, "/y", truth: y, what: "header of /x copied over /y") {
+                try writeBytes(yOriginal, to: yHeader)
+            }
+            // /x's header in /sub under the same name.
+            try writeBytes(try fileBytes(xHeader), to: zHeader)
+            #expect(try f.raw(["stat", "/sub/x"]).status == 65)
+            try Self.expectDamaged(f, "/sub/x", truth: z, what: "header of /x copied over /sub/x") {
+                try writeBytes(zOriginal, to: zHeader)
+            }
+            // An older header of the same object (a rollback of its name
+            // entry) after the object was replaced.
+            try f.put("/y", pseudoRandomBytes(3000, seed: 12))
+            let replaced = try fileBytes(yHeader)
+            try writeBytes(yOriginal, to: yHeader)
+            let old = try f.raw(["get", "/y"])
+            #expect(old.status == 65 && old.stdout.isEmpty, "\(old)")
+            try writeBytes(replaced, to: yHeader)
+            #expect(try f.raw(["get", "/y"]).stdout == pseudoRandomBytes(3000, seed: 12))
+            #expect(try f.raw(["get", "/x"]).stdout == x)
+        }
+    }
+}
