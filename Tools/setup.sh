@@ -8,6 +8,11 @@ packages=(
   liblz4-dev   # liblz4: chunk compression
   lz4          # the reference lz4 tool, for the interoperability test
   pkg-config   # how SwiftPM finds the two libraries
+  # Tools/decrypt.py, the independent decryptor IndependentDecryptorTests
+  # runs: Python 3 with the cryptography and lz4 modules.
+  python3
+  python3-cryptography
+  python3-lz4
   util-linux   # setpriv, to run a client as another uid in the agent tests
 )
 
