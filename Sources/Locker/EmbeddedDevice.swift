@@ -36,7 +36,7 @@ extension Store {
         options: Device.Options = Device.Options(), storeOptions: Store.Options = Store.Options(),
         clock: any DeviceClock = SystemClock()
     ) throws -> Store {
-        let directory = DeviceDirectory(path: deviceDirectory)
+        let directory = DeviceDirectory(path: deviceDirectory, fileSystem: storeOptions.fileSystem)
         let device: Device
         if directory.exists {
             device = try Device.boot(at: directory, clock: clock, passcodeCost: options.passcodeCost)

@@ -245,7 +245,7 @@ extension Store {
     /// the metadata key.
     func itemKind(_ path: StorePath) throws -> Kind {
         if path.isRoot { return .directory }
-        return kind(of: try entryPath(path.name, in: try directory(at: path.parent)))
+        return try kind(of: try entryPath(path.name, in: try directory(at: path.parent)))
     }
 
     static func date(_ nanoseconds: Int64) -> Date {

@@ -2,9 +2,6 @@ internal import LockerDevice
 internal import LockerFormat
 internal import LockerIO
 internal import Foundation
-#if canImport(Glibc)
-internal import Glibc
-#endif
 
 /// The result of ``Store/verify(readData:repair:progress:)``.
 public struct VerifyReport: Sendable {
@@ -45,7 +42,7 @@ extension Store {
         var report = VerifyReport()
         // The store lock keeps a put from committing a header between the
         // scan of references and the removal of unreferenced data.
-        let lock = try StoreLock(path: lockPath)
+        let lock = try lockStore()
         defer { withExtendedLifetime(lock) {} }
 
         var referenced: [String: String] = [:]
@@ -64,7 +61,7 @@ extension Store {
                     temporaries.append(fsPath)
                     continue
                 }
-                let isDirectory = kind(of: fsPath) == .directory
+                let isDirectory = (try? kind(of: fsPath)) == .directory
                 var name: String?
                 if fileName.hasPrefix(NameCodec.longNamePrefix) {
                     if isDirectory {
@@ -102,14 +99,15 @@ extension Store {
                         continue
                     }
                     referenced[id] = itemPath.description
-                    var st = Glibc.stat()
-                    if lstat(dataPath(header.objectID), &st) != 0 {
-                        report.damaged.append(.init(location: itemPath.description, reason: "data file missing"))
-                    } else if UInt64(st.st_size) != header.dataLength {
-                        report.damaged.append(.init(location: itemPath.description,
-                                                    reason: "data file is \(st.st_size) bytes, header says \(header.dataLength)"))
+                    if let data = try? fs.status(dataPath(header.objectID)) {
+                        if data.size != header.dataLength {
+                            report.damaged.append(.init(location: itemPath.description,
+                                                        reason: "data file is \(data.size) bytes, header says \(header.dataLength)"))
+                        } else {
+                            objects.append((itemPath, header))
+                        }
                     } else {
-                        objects.append((itemPath, header))
+                        report.damaged.append(.init(location: itemPath.description, reason: "data file missing"))
                     }
                 } catch StoreError.integrity(_, let what) {
                     report.damaged.append(.init(location: itemPath.description, reason: "\(what) does not authenticate"))
@@ -128,10 +126,10 @@ extension Store {
 
         for name in (try? fs.contentsOfDirectory(dataDirectory)) ?? [] {
             let fsPath = dataDirectory + "/" + name
-            if referenced[name] == nil && !DataFile.isInUse(fsPath) { report.garbage.append(relative(fsPath)) }
+            if referenced[name] == nil && !DataFile.isInUse(fsPath, fileSystem: fs) { report.garbage.append(relative(fsPath)) }
         }
         for fsPath in temporaries + ((try? fs.contentsOfDirectory(path))?.filter { $0.hasPrefix("lock.tmp-") }.map { path + "/" + $0 } ?? [])
-        where !DataFile.isInUse(fsPath) {
+        where !DataFile.isInUse(fsPath, fileSystem: fs) {
             report.garbage.append(relative(fsPath))
         }
 
@@ -158,20 +156,22 @@ extension Store {
 
         if repair {
             for item in report.garbage {
-                let fsPath = path + "/" + item
-                var st = Glibc.stat()
-                if lstat(fsPath, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR {
-                    // A directory left by an interrupted mkdir: its record
-                    // and the directory itself.
-                    for name in (try? fs.contentsOfDirectory(fsPath)) ?? [] { try fs.remove(fsPath + "/" + name) }
-                    _ = rmdir(fsPath)
-                } else {
-                    try fs.remove(fsPath)
-                }
+                try removeGarbage(path + "/" + item)
                 report.removed.append(item)
             }
         }
         return report
+    }
+
+    /// Removes a garbage file, or a directory left by an interrupted mkdir
+    /// or rm (outside the namespace, so everything in it is garbage too).
+    private func removeGarbage(_ fsPath: String) throws {
+        if try fs.status(fsPath)?.isDirectory == true {
+            for name in try fs.contentsOfDirectory(fsPath) { try removeGarbage(fsPath + "/" + name) }
+            try fs.removeDirectory(fsPath)
+        } else {
+            try fs.remove(fsPath)
+        }
     }
 
     private func relative(_ fsPath: String) -> String {

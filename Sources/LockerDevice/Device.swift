@@ -74,7 +74,7 @@ public final class Device: @unchecked Sendable {
         try directory.prepare()
         let uid = try directory.loadUID(create: true)
         let uidOnly = try DeviceKeys(uid: uid, effaceable: nil)
-        if directory.exists {
+        if try directory.recordExists() {
             let record = try directory.readRecord(macKey: uidOnly.recordMACKey)
             guard record.wiped else { throw DeviceError.alreadyInitialized }
         }
@@ -114,7 +114,7 @@ public final class Device: @unchecked Sendable {
         at directory: DeviceDirectory, clock: any DeviceClock = SystemClock(),
         passcodeCost: PasscodeCost = .calibrated(milliseconds: 100)
     ) throws -> Device {
-        guard directory.exists else { throw DeviceError.notInitialized }
+        guard try directory.recordExists() else { throw DeviceError.notInitialized }
         // The directory holds the device secret: keep it private even if
         // its mode was loosened since init.
         try directory.prepare()
@@ -398,29 +398,44 @@ public final class Device: @unchecked Sendable {
                 fresh[entry.protectionClass] = key
                 updated.entries[i] = newEntry
             }
-            try commit(updated)
+            try commit(updated) {
+                for (cls, key) in fresh { classKeys[cls] = key }
+                openObjects = openObjects.filter { $0.value.protectionClass == .none }
+                currentState = .unlocked
+                graceDeadline = nil
+                post(.protectedDataDidBecomeAvailable)
+            }
             var record = try directory.readRecord(macKey: keys.recordMACKey)
             record.failedAttempts = 0
             record.lastFailureTime = 0
             record.lastWrongPasscodeTag = [UInt8](repeating: 0, count: 32)
             try directory.writeRecord(record, macKey: keys.recordMACKey)
-            for (cls, key) in fresh { classKeys[cls] = key }
-            openObjects = openObjects.filter { $0.value.protectionClass == .none }
-            currentState = .unlocked
-            graceDeadline = nil
-            post(.protectedDataDidBecomeAvailable)
         }
     }
 
     /// Writes a new keybag generation, then the record that vouches for it.
-    private func commit(_ updated: Keybag) throws {
+    ///
+    /// Once the new keybag is in place the change is made: boot completes
+    /// a record left behind. So from then on this boot follows it too (the
+    /// keybag in memory, and `apply` for the keys that go with it), even
+    /// when syncing or the record's write fails after.
+    private func commit(_ updated: Keybag, apply: () -> Void = {}) throws {
+        var record = try directory.readRecord(macKey: keys.recordMACKey)
+        // A record an earlier commit of this boot failed to write is
+        // completed first, as boot would: the keybag may run at most one
+        // generation ahead of it.
+        if record.keybagGeneration < updated.generation {
+            record.keybagGeneration = updated.generation
+            try directory.writeRecord(record, macKey: keys.recordMACKey)
+        }
         var next = updated
         next.generation += 1
-        try directory.writeKeybag(next.sealed(with: keys.keybagSealKey!))
-        var record = try directory.readRecord(macKey: keys.recordMACKey)
+        try directory.replaceKeybag(next.sealed(with: keys.keybagSealKey!))
+        keybag = next
+        apply()
+        try directory.sync()
         record.keybagGeneration = next.generation
         try directory.writeRecord(record, macKey: keys.recordMACKey)
-        keybag = next
     }
 
     // MARK: Lock, wipe

@@ -25,6 +25,20 @@ public struct DeviceDirectory: Sendable {
     /// Whether a device was ever initialized here.
     public var exists: Bool { fileSystem.exists(recordPath) }
 
+    /// ``exists``, for deciding whether to create one: a failure to look
+    /// throws instead of reading as "no".
+    func recordExists() throws -> Bool {
+        try present(recordPath)
+    }
+
+    private func present(_ path: String) throws -> Bool {
+        do {
+            return try fileSystem.status(path) != nil
+        } catch let error as IOError {
+            throw DeviceError.io(error)
+        }
+    }
+
     /// Creates the directory (0700), or checks an existing one is private.
     func prepare() throws {
         do {
@@ -37,7 +51,7 @@ public struct DeviceDirectory: Sendable {
 
     /// Loads the UID, creating it when `create` is set and none exists.
     func loadUID(create: Bool) throws -> SecretBytes {
-        if create && !fileSystem.exists(uidPath) {
+        if try create && !present(uidPath) {
             let uid = try SecretBytes(randomCount: 32)
             try write(uidPath, uid.withUnsafeBytes { Array($0) })
             return uid
@@ -59,6 +73,19 @@ public struct DeviceDirectory: Sendable {
 
     func readKeybag() throws -> [UInt8] { try read(keybagPath, what: "keybag") }
     func writeKeybag(_ bytes: [UInt8]) throws { try write(keybagPath, bytes) }
+
+    /// Replaces the keybag without syncing the directory (``sync()``): a
+    /// throw means the old keybag is still in place.
+    func replaceKeybag(_ bytes: [UInt8]) throws { try write(keybagPath, bytes, syncDirectory: false) }
+
+    /// Makes the replacements and removals in the directory durable.
+    func sync() throws {
+        do {
+            try fileSystem.syncDirectory(path)
+        } catch let error as IOError {
+            throw DeviceError.io(error)
+        }
+    }
 
     func readRecord(macKey: SecretBytes) throws -> DeviceRecord {
         let bytes = try read(recordPath, what: "device record")
@@ -97,9 +124,9 @@ public struct DeviceDirectory: Sendable {
         }
     }
 
-    private func write(_ path: String, _ bytes: [UInt8]) throws {
+    private func write(_ path: String, _ bytes: [UInt8], syncDirectory: Bool = true) throws {
         do {
-            try fileSystem.writeFileAtomically(path, bytes, mode: 0o600)
+            try fileSystem.writeFileAtomically(path, bytes, mode: 0o600, syncDirectory: syncDirectory)
         } catch let error as IOError {
             throw DeviceError.io(error)
         }

@@ -6,54 +6,53 @@ internal import Glibc
 /// back, or read at offsets. Closes itself on deinit.
 public final class DataFile {
     public let path: String
+    private let fileSystem: FileSystem
     private var fd: Int32
 
-    private init(path: String, fd: Int32) {
+    private init(path: String, fileSystem: FileSystem, fd: Int32) {
         self.path = path
+        self.fileSystem = fileSystem
         self.fd = fd
     }
 
-    deinit { if fd >= 0 { _ = Glibc.close(fd) } }
+    deinit { close() }
 
     /// Creates a new file that must not exist yet, mode 0600.
-    public static func create(_ path: String) throws -> DataFile {
-        let fd = try FileSystem().open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        return DataFile(path: path, fd: fd)
+    public static func create(_ path: String, fileSystem: FileSystem) throws -> DataFile {
+        let fd = try fileSystem.open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        return DataFile(path: path, fileSystem: fileSystem, fd: fd)
     }
 
     /// Takes an exclusive `flock` on the file for as long as it is open, to
-    /// tell ``isInUse(_:)`` that a live process is still writing it.
+    /// tell ``isInUse(_:fileSystem:)`` that a live process is still writing
+    /// it.
     public func holdWriteLock() throws {
-        guard flock(fd, LOCK_EX) == 0 else { throw IOError("flock", path: path, errno: errno) }
+        try fileSystem.flock(fd, LOCK_EX, path: path)
     }
 
     /// Whether a live process holds the write lock of the file at `path`.
     /// A file left by a process that died is not in use.
-    public static func isInUse(_ path: String) -> Bool {
-        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        defer { _ = Glibc.close(fd) }
-        if flock(fd, LOCK_EX | LOCK_NB) == 0 {
-            _ = flock(fd, LOCK_UN)
-            return false
+    public static func isInUse(_ path: String, fileSystem: FileSystem) -> Bool {
+        guard let fd = try? fileSystem.open(path, O_RDONLY | O_CLOEXEC) else { return false }
+        defer { fileSystem.close(fd) }
+        do {
+            try fileSystem.flock(fd, LOCK_EX | LOCK_NB, path: path)
+        } catch {
+            return error.errno == EWOULDBLOCK
         }
-        return errno == EWOULDBLOCK
+        try? fileSystem.flock(fd, LOCK_UN, path: path)
+        return false
     }
 
     /// Opens an existing file for reading.
-    public static func openForReading(_ path: String) throws -> DataFile {
-        let fd = try FileSystem().open(path, O_RDONLY | O_CLOEXEC)
-        return DataFile(path: path, fd: fd)
+    public static func openForReading(_ path: String, fileSystem: FileSystem) throws -> DataFile {
+        let fd = try fileSystem.open(path, O_RDONLY | O_CLOEXEC)
+        return DataFile(path: path, fileSystem: fileSystem, fd: fd)
     }
 
     /// Appends all of `bytes`.
     public func write(_ bytes: UnsafeRawBufferPointer) throws {
-        var offset = 0
-        while offset < bytes.count {
-            let n = try FileSystem().retrying("write", path) { Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset) }
-            guard n > 0 else { throw IOError("write", path: path, errno: EIO) }
-            offset += n
-        }
+        try fileSystem.writeAll(fd, bytes, path: path)
     }
 
     /// Reads exactly `buffer.count` bytes at `offset`. A file that ends
@@ -61,9 +60,8 @@ public final class DataFile {
     public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) throws {
         var done = 0
         while done < buffer.count {
-            let n = try FileSystem().retrying("read", path) {
-                pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
-            }
+            let n = try fileSystem.pread(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]),
+                                         at: Int64(offset) + Int64(done), path: path)
             if n == 0 { throw IOError("read", path: path, errno: ENODATA) }
             done += n
         }
@@ -71,41 +69,46 @@ public final class DataFile {
 
     /// The file's size.
     public func size() throws -> UInt64 {
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { throw IOError("fstat", path: path, errno: errno) }
-        return UInt64(st.st_size)
+        try fileSystem.fstat(fd, path: path).size
     }
 
     /// Makes the written bytes durable.
     public func sync() throws {
-        _ = try FileSystem().retrying("fsync", path) { Int(fsync(fd)) }
+        try fileSystem.fsync(fd, path: path)
     }
 
     /// Closes the file now.
     public func close() {
-        if fd >= 0 { _ = Glibc.close(fd) }
+        if fd >= 0 { fileSystem.close(fd) }
         fd = -1
     }
 }
 
 /// A store-wide exclusive lock (flock), held while the namespace changes.
 public final class StoreLock {
+    private let fileSystem: FileSystem
+    private let path: String
     private let fd: Int32
 
     /// Blocks until the lock on `path` is held.
-    public init(path: String) throws {
-        fd = try FileSystem().open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        while flock(fd, LOCK_EX) != 0 {
-            let e = errno
-            if e == EINTR { continue }
-            _ = Glibc.close(fd)
-            throw IOError("flock", path: path, errno: e)
+    public init(path: String, fileSystem: FileSystem) throws {
+        // Not a stored property until locked: a throw after full
+        // initialization would run deinit, which closes it again.
+        let fd = try fileSystem.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        do {
+            try fileSystem.flock(fd, LOCK_EX, path: path)
+        } catch {
+            fileSystem.close(fd)
+            throw error
         }
+        self.fileSystem = fileSystem
+        self.path = path
+        self.fd = fd
     }
 
     deinit {
-        _ = flock(fd, LOCK_UN)
-        _ = Glibc.close(fd)
+        try? fileSystem.flock(fd, LOCK_UN, path: path)
+        fileSystem.close(fd)
     }
 }
 

@@ -4,21 +4,27 @@ internal import Glibc
 
 /// The one place Locker's store and device files meet the kernel.
 ///
-/// Each operation steps down to plain syscalls, retries on EINTR, and
-/// throws ``IOError`` with the errno. Writes that replace a file are atomic:
-/// temporary file in the same directory, write, fsync, rename, fsync of the
-/// directory.
+/// Each operation steps down to one internal function per system call,
+/// which alone calls ``Syscalls``, retries on EINTR, and throws ``IOError``
+/// with the errno. Writes that replace a file are atomic: temporary file in
+/// the same directory, write, fsync, rename, fsync of the directory.
 public struct FileSystem: Sendable {
-    public init() {}
+    /// The calls this file system makes; ``Syscalls/system`` unless a test
+    /// gives another table.
+    public let syscalls: Syscalls
+
+    public init(syscalls: Syscalls = .system) {
+        self.syscalls = syscalls
+    }
 
     /// Reads a whole file of at most `limit` bytes.
     public func readFile(_ path: String, limit: Int = 1 << 20) throws -> [UInt8] {
         let fd = try open(path, O_RDONLY | O_CLOEXEC)
-        defer { _ = Glibc.close(fd) }
+        defer { close(fd) }
         var out: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 64 << 10)
         while true {
-            let n = try retrying("read", path) { buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) } }
+            let n = try buffer.withUnsafeMutableBytes { try read(fd, into: $0, path: path) }
             if n == 0 { break }
             guard out.count + n <= limit else { throw IOError("read", path: path, errno: EFBIG) }
             out.append(contentsOf: buffer[..<n])
@@ -27,29 +33,35 @@ public struct FileSystem: Sendable {
     }
 
     /// Replaces `path` with `bytes` atomically and durably, with `mode`.
-    public func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = 0o600) throws {
-        let directory = Self.directory(of: path)
+    ///
+    /// A throw before the rename leaves `path` as it was and removes the
+    /// temporary file. A failed fsync of the directory after the rename
+    /// throws too, but the new content is then in place (and may not
+    /// survive a crash); with `syncDirectory` false the caller syncs the
+    /// directory itself, so that a throw from here always means nothing
+    /// changed.
+    public func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = 0o600,
+                                    syncDirectory sync: Bool = true) throws {
         let temporary = path + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let fd = try open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
-        // Held until close: a verifier removes only temporaries no live
-        // process holds.
-        _ = flock(fd, LOCK_EX)
         do {
-            try writeAll(fd, bytes, path: temporary)
-            _ = try retrying("fsync", temporary) { Int(fsync(fd)) }
-            _ = Glibc.close(fd)
+            defer { close(fd) }
+            // Held until close: a verifier removes only temporaries no live
+            // process holds.
+            try? flock(fd, LOCK_EX, path: temporary)
+            try bytes.withUnsafeBytes { try writeAll(fd, $0, path: temporary) }
+            try fsync(fd, path: temporary)
         } catch {
-            _ = Glibc.close(fd)
-            _ = unlink(temporary)
+            try? unlink(temporary)
             throw error
         }
         do {
-            _ = try retrying("rename", path) { Int(rename(temporary, path)) }
+            try rename(temporary, to: path)
         } catch {
-            _ = unlink(temporary)
+            try? unlink(temporary)
             throw error
         }
-        try syncDirectory(directory)
+        if sync { try syncDirectory(Self.directory(of: path)) }
     }
 
     /// Overwrites a file's bytes with zeros in place, syncs, then removes
@@ -58,44 +70,46 @@ public struct FileSystem: Sendable {
     /// rest on it alone.
     public func shred(_ path: String) throws {
         let fd = try open(path, O_WRONLY | O_CLOEXEC)
-        var st = stat()
-        _ = fstat(fd, &st)
-        let zeros = [UInt8](repeating: 0, count: Int(st.st_size))
-        try? writeAll(fd, zeros, path: path)
-        _ = fsync(fd)
-        _ = Glibc.close(fd)
+        let size = (try? fstat(fd, path: path))?.size ?? 0
+        let zeros = [UInt8](repeating: 0, count: Int(size))
+        try? zeros.withUnsafeBytes { try writeAll(fd, $0, path: path) }
+        try? fsync(fd, path: path)
+        close(fd)
         try remove(path)
     }
 
-    /// Removes a file and syncs its directory. A missing file is not an
-    /// error.
-    public func remove(_ path: String) throws {
-        if unlink(path) != 0 {
-            let e = errno
-            if e == ENOENT { return }
-            throw IOError("unlink", path: path, errno: e)
+    /// Removes a file and, unless `syncDirectory` is false, syncs its
+    /// directory. A missing file is not an error.
+    public func remove(_ path: String, syncDirectory sync: Bool = true) throws {
+        do {
+            try unlink(path)
+        } catch {
+            if error.errno == ENOENT { return }
+            throw error
         }
-        try syncDirectory(Self.directory(of: path))
+        if sync { try syncDirectory(Self.directory(of: path)) }
     }
 
     /// The names in a directory, without `.` and `..`.
     public func contentsOfDirectory(_ path: String) throws -> [String] {
-        guard let dir = opendir(path) else { throw IOError("opendir", path: path, errno: errno) }
-        defer { closedir(dir) }
-        var names: [String] = []
-        while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return names
+        try retrying("opendir", path) { syscalls.listDirectory(path) }.filter { $0 != "." && $0 != ".." }
     }
 
-    /// Whether something exists at `path`.
+    /// Whether something exists at `path`. Any failure to look counts as
+    /// "no"; use ``status(_:)`` where that matters.
     public func exists(_ path: String) -> Bool {
-        var st = stat()
-        return lstat(path, &st) == 0
+        (try? lstat(path)) != nil
+    }
+
+    /// What is at `path` (not following a symbolic link), or `nil` if
+    /// nothing is. Throws for any other failure to look.
+    public func status(_ path: String) throws -> FileStatus? {
+        do {
+            return try lstat(path)
+        } catch {
+            if error.errno == ENOENT || error.errno == ENOTDIR { return nil }
+            throw error
+        }
     }
 
     /// Creates `path` and any missing parents with `mode`. An existing
@@ -104,55 +118,126 @@ public struct FileSystem: Sendable {
         if exists(path) { return }
         let parent = Self.directory(of: path)
         if parent != path, !exists(parent) { try createDirectory(parent, mode: mode) }
-        if mkdir(path, mode) != 0 {
-            let e = errno
-            if e == EEXIST { return }
-            throw IOError("mkdir", path: path, errno: e)
+        do {
+            try mkdir(path, mode: mode)
+        } catch {
+            if error.errno == EEXIST { return }
+            throw error
         }
-        _ = chmod(path, mode)
+        // mkdir's mode went through the umask.
+        try? chmod(path, mode: mode)
     }
 
     /// The permission bits and owner of `path`.
     public func ownerAndMode(_ path: String) throws -> (uid: UInt32, mode: UInt32) {
-        var st = stat()
-        guard lstat(path, &st) == 0 else { throw IOError("stat", path: path, errno: errno) }
-        return (st.st_uid, st.st_mode & 0o7777)
+        let st = try lstat(path, operation: "stat")
+        return (st.uid, st.mode & 0o7777)
     }
 
     /// Sets the permission bits of `path`.
     public func setMode(_ path: String, _ mode: UInt32) throws {
-        guard chmod(path, mode) == 0 else { throw IOError("chmod", path: path, errno: errno) }
+        try chmod(path, mode: mode)
     }
 
     /// fsyncs a directory, so that a rename or unlink in it is durable.
     public func syncDirectory(_ path: String) throws {
         let fd = try open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        defer { _ = Glibc.close(fd) }
-        _ = try retrying("fsync", path) { Int(fsync(fd)) }
+        defer { close(fd) }
+        try fsync(fd, path: path)
     }
 
     // MARK: Syscall steps
+    //
+    // One function per call. Each retries on EINTR and throws IOError; none
+    // syncs anything.
 
-    func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0) throws -> Int32 {
-        Int32(try retrying("open", path) { Int(Glibc.open(path, flags, mode)) })
+    /// Renames `source` to `destination` (replacing it), without syncing
+    /// either directory.
+    public func rename(_ source: String, to destination: String) throws(IOError) {
+        _ = try retrying("rename", destination) { Int(syscalls.rename(source, destination)) }
     }
 
-    func writeAll(_ fd: Int32, _ bytes: [UInt8], path: String) throws {
+    /// Removes an empty directory, without syncing its parent.
+    public func removeDirectory(_ path: String) throws(IOError) {
+        _ = try retrying("rmdir", path) { Int(syscalls.rmdir(path)) }
+    }
+
+    func open(_ path: String, _ flags: Int32, _ mode: UInt32 = 0) throws(IOError) -> Int32 {
+        Int32(try retrying("open", path) { Int(syscalls.open(path, flags, mode)) })
+    }
+
+    /// Never retried: after close returns, even with EINTR or EIO, the
+    /// descriptor is gone and may already name another file.
+    func close(_ fd: Int32) {
+        _ = syscalls.close(fd)
+    }
+
+    func read(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, path: String) throws(IOError) -> Int {
+        try retrying("read", path) { syscalls.read(fd, buffer) }
+    }
+
+    func pread(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64, path: String) throws(IOError) -> Int {
+        try retrying("read", path) { syscalls.pread(fd, buffer, offset) }
+    }
+
+    func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws(IOError) -> Int {
+        try retrying("write", path) { syscalls.write(fd, bytes) }
+    }
+
+    /// Writes all of `bytes`, continuing after short writes.
+    func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws(IOError) {
         var offset = 0
         while offset < bytes.count {
-            let n = try retrying("write", path) {
-                bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            }
+            let n = try write(fd, UnsafeRawBufferPointer(rebasing: bytes[offset...]), path: path)
             guard n > 0 else { throw IOError("write", path: path, errno: EIO) }
             offset += n
         }
     }
 
-    /// Runs a syscall, retrying while it fails with EINTR.
-    func retrying(_ operation: String, _ path: String, _ call: () -> Int) throws -> Int {
+    func fsync(_ fd: Int32, path: String) throws(IOError) {
+        _ = try retrying("fsync", path) { Int(syscalls.fsync(fd)) }
+    }
+
+    func flock(_ fd: Int32, _ operation: Int32, path: String) throws(IOError) {
+        _ = try retrying("flock", path) { Int(syscalls.flock(fd, operation)) }
+    }
+
+    func fstat(_ fd: Int32, path: String) throws(IOError) -> FileStatus {
+        try retrying("fstat", path) { syscalls.fstat(fd) }
+    }
+
+    func lstat(_ path: String, operation: String = "lstat") throws(IOError) -> FileStatus {
+        try retrying(operation, path) { syscalls.lstat(path) }
+    }
+
+    func unlink(_ path: String) throws(IOError) {
+        _ = try retrying("unlink", path) { Int(syscalls.unlink(path)) }
+    }
+
+    func mkdir(_ path: String, mode: UInt32) throws(IOError) {
+        _ = try retrying("mkdir", path) { Int(syscalls.mkdir(path, mode)) }
+    }
+
+    func chmod(_ path: String, mode: UInt32) throws(IOError) {
+        _ = try retrying("chmod", path) { Int(syscalls.chmod(path, mode)) }
+    }
+
+    /// Runs a call, retrying while it fails with EINTR.
+    func retrying(_ operation: String, _ path: String, _ call: () -> Int) throws(IOError) -> Int {
         while true {
             let result = call()
             if result >= 0 { return result }
+            let e = errno
+            if e == EINTR { continue }
+            throw IOError(operation, path: path, errno: e)
+        }
+    }
+
+    /// Runs a call that returns `nil` on failure, retrying while it fails
+    /// with EINTR.
+    func retrying<T>(_ operation: String, _ path: String, _ call: () -> T?) throws(IOError) -> T {
+        while true {
+            if let result = call() { return result }
             let e = errno
             if e == EINTR { continue }
             throw IOError(operation, path: path, errno: e)

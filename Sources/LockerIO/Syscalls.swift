@@ -1,0 +1,98 @@
+#if canImport(Glibc)
+internal import Glibc
+#endif
+
+/// The system calls the store and the device make, one closure per call.
+///
+/// Each closure has libc's contract: the call's result, or -1 (`nil` for
+/// the ones that return a value) with `errno` set. Nothing here retries or
+/// throws; ``FileSystem`` does that, once, for every call.
+///
+/// ``system`` calls the kernel, and is what a ``FileSystem`` uses unless it
+/// is given another table. Tests wrap it to count calls and to make one of
+/// them fail.
+public struct Syscalls: Sendable {
+    public var open: @Sendable (_ path: String, _ flags: Int32, _ mode: UInt32) -> Int32
+    /// The descriptor is released even when this fails (Linux), so it is
+    /// never retried.
+    public var close: @Sendable (_ fd: Int32) -> Int32
+    public var read: @Sendable (_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer) -> Int
+    public var pread: @Sendable (_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer, _ offset: Int64) -> Int
+    public var write: @Sendable (_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int
+    public var fsync: @Sendable (_ fd: Int32) -> Int32
+    public var flock: @Sendable (_ fd: Int32, _ operation: Int32) -> Int32
+    public var fstat: @Sendable (_ fd: Int32) -> FileStatus?
+    public var lstat: @Sendable (_ path: String) -> FileStatus?
+    public var rename: @Sendable (_ source: String, _ destination: String) -> Int32
+    public var unlink: @Sendable (_ path: String) -> Int32
+    public var mkdir: @Sendable (_ path: String, _ mode: UInt32) -> Int32
+    public var rmdir: @Sendable (_ path: String) -> Int32
+    public var chmod: @Sendable (_ path: String, _ mode: UInt32) -> Int32
+    /// opendir, readdir until the end, closedir: the names, with `.` and
+    /// `..`.
+    public var listDirectory: @Sendable (_ path: String) -> [String]?
+
+    /// The kernel's calls.
+    public static let system = Syscalls(
+        open: { Glibc.open($0, $1, mode_t($2)) },
+        close: { Glibc.close($0) },
+        read: { Glibc.read($0, $1.baseAddress, $1.count) },
+        pread: { Glibc.pread($0, $1.baseAddress, $1.count, off_t($2)) },
+        write: { Glibc.write($0, $1.baseAddress, $1.count) },
+        fsync: { Glibc.fsync($0) },
+        flock: { lockFile($0, $1) },
+        fstat: { fd in
+            var st = stat()
+            return Glibc.fstat(fd, &st) == 0 ? FileStatus(st) : nil
+        },
+        lstat: { path in
+            var st = stat()
+            return Glibc.lstat(path, &st) == 0 ? FileStatus(st) : nil
+        },
+        rename: { Glibc.rename($0, $1) },
+        unlink: { Glibc.unlink($0) },
+        mkdir: { Glibc.mkdir($0, mode_t($1)) },
+        rmdir: { Glibc.rmdir($0) },
+        chmod: { Glibc.chmod($0, mode_t($1)) },
+        listDirectory: { path in
+            guard let dir = opendir(path) else { return nil }
+            var names: [String] = []
+            while true {
+                errno = 0
+                guard let entry = readdir(dir) else { break }
+                names.append(withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+                })
+            }
+            // readdir's NULL is the end, or an error if it set errno.
+            let error = errno
+            closedir(dir)
+            errno = error
+            return error == 0 ? names : nil
+        })
+}
+
+/// `flock(2)`; `Glibc.flock` also names the struct of `fcntl` locks.
+private func lockFile(_ fd: Int32, _ operation: Int32) -> Int32 {
+    flock(fd, operation)
+}
+
+/// What `lstat` and `fstat` report that Locker uses.
+public struct FileStatus: Sendable, Equatable {
+    public var size: UInt64
+    /// `st_mode`: the file type and the permission bits.
+    public var mode: UInt32
+    public var uid: UInt32
+
+    public init(size: UInt64, mode: UInt32, uid: UInt32) {
+        self.size = size
+        self.mode = mode
+        self.uid = uid
+    }
+
+    init(_ st: stat) {
+        self.init(size: UInt64(st.st_size), mode: UInt32(st.st_mode), uid: UInt32(st.st_uid))
+    }
+
+    public var isDirectory: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFDIR) }
+}
