@@ -65,6 +65,32 @@ let package = Package(
             path: "Tools/chunk-bench"
         ),
 
+        // Writes the damage corpus's example device and store
+        // (Tests/LockerCLITests/DamageCorpus/README.md).
+        .executableTarget(
+            name: "corpus-gen",
+            dependencies: ["Locker", "LockerDevice", "LockerFormat", "LockerCrypto"],
+            path: "Tools/corpus-gen"
+        ),
+
+        // libFuzzer targets for the decoders (Tools/fuzz/README.md). Run
+        // with Tools/fuzz/run.sh, which builds each with
+        // `--sanitize=fuzzer`; a plain build links them as executables that
+        // do nothing, so that they keep compiling.
+        .target(name: "FuzzSupport", dependencies: ["LockerFormat", "LockerCrypto"], path: "Tools/fuzz/Sources/FuzzSupport"),
+        .executableTarget(name: "fuzz-object-header", dependencies: ["FuzzSupport", "LockerFormat"],
+                          path: "Tools/fuzz/Sources/fuzz-object-header"),
+        .executableTarget(name: "fuzz-chunk-stream", dependencies: ["FuzzSupport", "LockerFormat", "LockerCrypto"],
+                          path: "Tools/fuzz/Sources/fuzz-chunk-stream"),
+        .executableTarget(name: "fuzz-lz4", dependencies: ["FuzzSupport", "LockerFormat"], path: "Tools/fuzz/Sources/fuzz-lz4"),
+        .executableTarget(name: "fuzz-keybag", dependencies: ["FuzzSupport", "LockerFormat"], path: "Tools/fuzz/Sources/fuzz-keybag"),
+        .executableTarget(name: "fuzz-name", dependencies: ["FuzzSupport", "LockerFormat"], path: "Tools/fuzz/Sources/fuzz-name"),
+        .executableTarget(name: "fuzz-agent-wire", dependencies: ["FuzzSupport", "LockerAgent"],
+                          path: "Tools/fuzz/Sources/fuzz-agent-wire"),
+        // Writes Tools/fuzz/corpus.
+        .executableTarget(name: "fuzz-seeds", dependencies: ["FuzzSupport", "LockerAgent", "LockerFormat", "LockerCrypto"],
+                          path: "Tools/fuzz/Sources/fuzz-seeds"),
+
         .testTarget(
             name: "LockerCryptoTests",
             dependencies: ["LockerCrypto"],
@@ -89,7 +115,19 @@ let package = Package(
         ),
         // End-to-end: runs the built `locker` binary (the dependency only
         // makes SwiftPM build it first) against a real agent.
-        .testTarget(name: "LockerCLITests", dependencies: [.target(name: "locker")]),
+        // The damage corpus (DamageCorpus/, read from the source tree) is
+        // also run through the library, hence the library dependencies.
+        .testTarget(
+            name: "LockerCLITests",
+            dependencies: [.target(name: "locker"), "Locker", "LockerDevice", "LockerFormat", "LockerCrypto"],
+            exclude: ["DamageCorpus"]
+        ),
+        // Crash atomicity: SIGKILLs `locker` at random points of put, rm,
+        // mv, setclass, passwd and reset, then checks the store and the
+        // device. LOCKER_CRASH_RUNS sets the number of runs (the default is
+        // a bounded share; the full campaign is 1,000), LOCKER_CRASH_SEED
+        // the seed. See Tests/LockerCrashTests/CrashTests.swift.
+        .testTarget(name: "LockerCrashTests", dependencies: [.target(name: "locker")]),
     ]
 )
 

@@ -1,7 +1,7 @@
 internal import LockerCrypto
 public import LockerDevice
 public import LockerFormat
-internal import LockerIO
+public import LockerIO
 internal import Foundation
 #if canImport(Glibc)
 internal import Glibc
@@ -20,11 +20,14 @@ public final class Store: @unchecked Sendable {
         public var chunkSize: UInt32
         /// How many chunks are compressed and sealed at once.
         public var workers: Int
+        /// Every file system call the store makes goes through this.
+        public var fileSystem: FileSystem
 
         /// `workers` 0 means one per core.
-        public init(chunkSize: UInt32 = ChunkLayout.defaultChunkSize, workers: Int = 0) {
+        public init(chunkSize: UInt32 = ChunkLayout.defaultChunkSize, workers: Int = 0, fileSystem: FileSystem = .init()) {
             self.chunkSize = chunkSize
             self.workers = workers > 0 ? workers : max(1, ProcessInfo.processInfo.activeProcessorCount)
+            self.fileSystem = fileSystem
         }
     }
 
@@ -32,7 +35,7 @@ public final class Store: @unchecked Sendable {
     public let keys: any KeyService
     let options: Options
     let metadata: MetadataKeys
-    let fs = FileSystem()
+    let fs: FileSystem
 
     var namespaceRoot: String { path + "/ns" }
     var dataDirectory: String { path + "/data" }
@@ -45,12 +48,21 @@ public final class Store: @unchecked Sendable {
         self.path = path
         self.keys = keys
         self.options = options
+        fs = options.fileSystem
         metadata = try MetadataKeys(metadataKey: keys.metadataKey())
         try fs.createDirectory(path, mode: 0o700)
         try fs.createDirectory(dataDirectory, mode: 0o700)
-        if !fs.exists(namespaceRoot + "/.dir") {
-            let lock = try StoreLock(path: lockPath)
-            if !fs.exists(namespaceRoot + "/.dir") {
+        // Only a root record that is certainly missing is created: one that
+        // could not be looked at is not replaced.
+        if try fs.status(namespaceRoot + "/.dir") == nil {
+            let lock = try lockStore()
+            if try fs.status(namespaceRoot + "/.dir") == nil {
+                // A new store has nothing else. Entries or data without a
+                // root record mean the record was lost: making a new one
+                // would orphan every name for good.
+                let entries = (try? fs.contentsOfDirectory(namespaceRoot))?.filter { !Self.isTemporary($0) } ?? []
+                let data = try fs.contentsOfDirectory(dataDirectory).filter { !Self.isTemporary($0) }
+                guard entries.isEmpty, data.isEmpty else { throw StoreError.foreignStore }
                 try fs.createDirectory(namespaceRoot, mode: 0o700)
                 let root = DirectoryRecord(directoryID: try SecureRandom.bytes(16), name: "", defaultClass: nil, created: Self.now())
                 try fs.writeFileAtomically(namespaceRoot + "/.dir", root.sealed(with: metadata))
@@ -62,6 +74,11 @@ public final class Store: @unchecked Sendable {
         } catch is StoreError {
             throw StoreError.foreignStore
         }
+    }
+
+    /// Takes the store-wide lock; it is held until the result is released.
+    func lockStore() throws -> StoreLock {
+        try StoreLock(path: lockPath, fileSystem: fs)
     }
 
     static func now() -> Int64 {
@@ -111,10 +128,11 @@ public final class Store: @unchecked Sendable {
 
     enum Kind { case missing, directory, object }
 
-    func kind(of fsPath: String) -> Kind {
-        var st = Glibc.stat()
-        guard lstat(fsPath, &st) == 0 else { return .missing }
-        return (st.st_mode & S_IFMT) == S_IFDIR ? .directory : .object
+    /// What is at `fsPath`. A failure to look throws: taking it for
+    /// `.missing` could replace what is there.
+    func kind(of fsPath: String) throws -> Kind {
+        guard let status = try fs.status(fsPath) else { return .missing }
+        return status.isDirectory ? .directory : .object
     }
 
     /// Resolves a directory; every component must be a directory.
@@ -123,7 +141,7 @@ public final class Store: @unchecked Sendable {
         for (i, name) in path.components.enumerated() {
             let sub = StorePath(components: Array(path.components[...i]))
             let fsPath = try entryPath(name, in: current)
-            switch kind(of: fsPath) {
+            switch try kind(of: fsPath) {
             case .missing: throw StoreError.notFound(sub.description)
             case .object: throw StoreError.notADirectory(sub.description)
             case .directory:
@@ -139,7 +157,7 @@ public final class Store: @unchecked Sendable {
         for (i, name) in path.components.enumerated() {
             let sub = StorePath(components: Array(path.components[...i]))
             let fsPath = try entryPath(name, in: chain.last!)
-            switch kind(of: fsPath) {
+            switch try kind(of: fsPath) {
             case .missing: throw StoreError.notFound(sub.description)
             case .object: throw StoreError.notADirectory(sub.description)
             case .directory:
@@ -178,7 +196,7 @@ public final class Store: @unchecked Sendable {
         guard !path.isRoot else { throw StoreError.isADirectory("/") }
         let parent = try directory(at: path.parent)
         let fsPath = try entryPath(path.name, in: parent)
-        switch kind(of: fsPath) {
+        switch try kind(of: fsPath) {
         case .missing: throw StoreError.notFound(path.description)
         case .directory: throw StoreError.isADirectory(path.description)
         case .object: return (parent, fsPath, try readHeader(fsPath, name: path.name, in: parent, path: path))
@@ -207,14 +225,14 @@ public final class Store: @unchecked Sendable {
             guard parents else { throw StoreError.alreadyExists("/") }
             return try directoryInfo(path)
         }
-        let lock = try StoreLock(path: lockPath)
+        let lock = try lockStore()
         defer { withExtendedLifetime(lock) {} }
         var current = try rootDirectory()
         for (i, name) in path.components.enumerated() {
             let sub = StorePath(components: Array(path.components[...i]))
             let isLast = i == path.components.count - 1
             let fsPath = try entryPath(name, in: current)
-            switch kind(of: fsPath) {
+            switch try kind(of: fsPath) {
             case .object:
                 throw StoreError.notADirectory(sub.description)
             case .directory:
@@ -244,10 +262,10 @@ public final class Store: @unchecked Sendable {
         try fs.createDirectory(temporary, mode: 0o700)
         do {
             try fs.writeFileAtomically(temporary + "/.dir", record.sealed(with: metadata))
-            guard rename(temporary, fsPath) == 0 else { throw IOError("rename", path: fsPath, errno: errno) }
+            try fs.rename(temporary, to: fsPath)
         } catch {
-            _ = unlink(temporary + "/.dir")
-            _ = rmdir(temporary)
+            try? fs.remove(temporary + "/.dir", syncDirectory: false)
+            try? fs.removeDirectory(temporary)
             throw error
         }
         try fs.syncDirectory(parent.fsPath)
@@ -259,7 +277,7 @@ public final class Store: @unchecked Sendable {
     public func setDefaultClass(_ cls: ProtectionClass?, ofDirectory path: StorePath, recursive: Bool = false) throws {
         let directory = try self.directory(at: path)
         do {
-            let lock = try StoreLock(path: lockPath)
+            let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
             var record = directory.record
             record.defaultClass = cls
@@ -281,7 +299,7 @@ public final class Store: @unchecked Sendable {
     }
 
     func setClass(_ path: StorePath, to cls: ProtectionClass, source: ProtectionSource) throws {
-        let lock = try StoreLock(path: lockPath)
+        let lock = try lockStore()
         defer { withExtendedLifetime(lock) {} }
         var (_, fsPath, header) = try object(at: path)
         header.wrappedKey = try keys.rewrap(header.wrappedKey, to: cls)
@@ -295,11 +313,11 @@ public final class Store: @unchecked Sendable {
         guard !path.isRoot else { throw StoreError.invalidPath("the root cannot be removed") }
         let parent = try directory(at: path.parent)
         let fsPath = try entryPath(path.name, in: parent)
-        switch kind(of: fsPath) {
+        switch try kind(of: fsPath) {
         case .missing:
             throw StoreError.notFound(path.description)
         case .object:
-            let lock = try StoreLock(path: lockPath)
+            let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
             let header = try? readHeader(fsPath, name: path.name, in: parent, path: path)
             try fs.remove(fsPath)
@@ -310,14 +328,21 @@ public final class Store: @unchecked Sendable {
                 guard recursive else { throw StoreError.directoryNotEmpty(path.description) }
                 for item in try list(path) { try remove(item.path, recursive: true) }
             }
-            let lock = try StoreLock(path: lockPath)
+            let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
-            for name in try fs.contentsOfDirectory(fsPath) { try fs.remove(fsPath + "/" + name) }
-            guard rmdir(fsPath) == 0 else {
-                if errno == ENOTEMPTY { throw StoreError.directoryNotEmpty(path.description) }
-                throw IOError("rmdir", path: fsPath, errno: errno)
+            guard try fs.contentsOfDirectory(fsPath).allSatisfy({ $0 == ".dir" || Self.isTemporary($0) }) else {
+                throw StoreError.directoryNotEmpty(path.description)
             }
+            // Out of the namespace in one step, then emptied: a failure or
+            // a crash from here on leaves a temporary directory, which
+            // verify removes, never a directory without its record.
+            let temporary = parent.fsPath + "/.tmp-dir-" + UUID().uuidString
+            try fs.rename(fsPath, to: temporary)
             try fs.syncDirectory(parent.fsPath)
+            for name in (try? fs.contentsOfDirectory(temporary)) ?? [] {
+                try? fs.remove(temporary + "/" + name, syncDirectory: false)
+            }
+            try? fs.removeDirectory(temporary)
         }
     }
 
@@ -329,7 +354,7 @@ public final class Store: @unchecked Sendable {
         guard !source.isRoot else { throw StoreError.invalidPath("the root cannot be moved") }
         var target = destination
         let destinationParent: Directory
-        let lock = try StoreLock(path: lockPath)
+        let lock = try lockStore()
         defer { withExtendedLifetime(lock) {} }
         if let existing = try? directory(at: destination) {
             target = destination.appending(source.name)
@@ -339,27 +364,61 @@ public final class Store: @unchecked Sendable {
         }
         guard !target.isWithin(source) else { throw StoreError.invalidPath("cannot move \(source) into itself") }
         let targetFsPath = try entryPath(target.name, in: destinationParent)
-        guard kind(of: targetFsPath) == .missing else { throw StoreError.alreadyExists(target.description) }
+        guard try kind(of: targetFsPath) == .missing else { throw StoreError.alreadyExists(target.description) }
         let sourceParent = try directory(at: source.parent)
         let sourceFsPath = try entryPath(source.name, in: sourceParent)
-        switch kind(of: sourceFsPath) {
+        switch try kind(of: sourceFsPath) {
         case .missing:
             throw StoreError.notFound(source.description)
         case .object:
             var header = try readHeader(sourceFsPath, name: source.name, in: sourceParent, path: source)
             header.parentID = destinationParent.record.directoryID
             header.name = target.name
-            // The new header first, then the old one goes: a crash between
-            // leaves two names for one object, never none.
-            try fs.writeFileAtomically(targetFsPath, header.sealed(with: metadata))
-            try fs.remove(sourceFsPath)
-        case .directory:
-            var record = try readDirectoryRecord(sourceFsPath, path: source)
-            guard rename(sourceFsPath, targetFsPath) == 0 else { throw IOError("rename", path: targetFsPath, errno: errno) }
-            record.name = target.name
-            try fs.writeFileAtomically(targetFsPath + "/.dir", record.sealed(with: metadata))
+            // The new header first, durably, then the old one goes: a
+            // crash between leaves two names for one object, never none. A
+            // failure between takes the new name away again.
+            try fs.writeFileAtomically(targetFsPath, header.sealed(with: metadata), syncDirectory: false)
+            do {
+                try fs.syncDirectory(destinationParent.fsPath)
+                try fs.remove(sourceFsPath, syncDirectory: false)
+            } catch {
+                try? fs.remove(targetFsPath)
+                throw error
+            }
             try fs.syncDirectory(sourceParent.fsPath)
-            try fs.syncDirectory(destinationParent.fsPath)
+        case .directory:
+            // A long name (stored under its hash) is read back from the
+            // directory's record, so the record must hold the name of the
+            // entry whenever that name is long: with a long target, the
+            // new record first, then the rename; otherwise the rename
+            // first. Each step is durable before the next, and a failure
+            // between undoes the first. (With two long names a crash
+            // between still leaves the wrong one.)
+            let old = try readDirectoryRecord(sourceFsPath, path: source)
+            var record = old
+            record.name = target.name
+            let parents = [sourceParent.fsPath] + (destinationParent.fsPath == sourceParent.fsPath ? [] : [destinationParent.fsPath])
+            if (targetFsPath.split(separator: "/").last ?? "").hasPrefix(NameCodec.longNamePrefix) {
+                try fs.writeFileAtomically(sourceFsPath + "/.dir", record.sealed(with: metadata), syncDirectory: false)
+                do {
+                    try fs.syncDirectory(sourceFsPath)
+                    try fs.rename(sourceFsPath, to: targetFsPath)
+                } catch {
+                    try? fs.writeFileAtomically(sourceFsPath + "/.dir", old.sealed(with: metadata))
+                    throw error
+                }
+                for parent in parents { try fs.syncDirectory(parent) }
+            } else {
+                try fs.rename(sourceFsPath, to: targetFsPath)
+                do {
+                    for parent in parents { try fs.syncDirectory(parent) }
+                    try fs.writeFileAtomically(targetFsPath + "/.dir", record.sealed(with: metadata), syncDirectory: false)
+                } catch {
+                    try? fs.rename(targetFsPath, to: sourceFsPath)
+                    throw error
+                }
+                try fs.syncDirectory(targetFsPath)
+            }
         }
     }
 
@@ -380,7 +439,7 @@ public final class Store: @unchecked Sendable {
         }
         let parent = chain.last!
         let fsPath = try entryPath(path.name, in: parent)
-        if kind(of: fsPath) == .directory { throw StoreError.isADirectory(path.description) }
+        if try kind(of: fsPath) == .directory { throw StoreError.isADirectory(path.description) }
         let (cls, source0): (ProtectionClass, ProtectionSource) = try protection.map { ($0, .explicit) }
             ?? inheritedClass(for: path, chain: chain)
 
@@ -388,43 +447,44 @@ public final class Store: @unchecked Sendable {
         let wrapped = try keys.wrap(fileKey: fileKey, for: cls)
         let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
         let dataPath = dataPath(objectID)
-        let file = try DataFile.create(dataPath)
-        let result: ObjectWriter.Result
+        let file = try DataFile.create(dataPath, fileSystem: fs)
+        var header: ObjectHeader
+        var replaced: ObjectHeader?
         do {
             // Until the header commits, the data file is referenced by
             // nothing; the lock tells a verifier it is not garbage yet.
             try file.holdWriteLock()
             let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKey), chunkSize: options.chunkSize,
                                           workers: options.workers)
-            result = try writer.write(from: source, to: file, progress: progress)
+            let result = try writer.write(from: source, to: file, progress: progress)
             try fs.syncDirectory(dataDirectory)
+
+            let now = Self.now()
+            header = ObjectHeader(
+                parentID: parent.record.directoryID, name: path.name, protectionSource: source0, wrappedKey: wrapped,
+                objectID: objectID, chunkSize: options.chunkSize, plaintextLength: result.plaintextLength,
+                dataLength: result.dataLength, created: now, modified: now, headerMAC: [])
+            header.headerMAC = try header.computeMAC(fileKey: fileKey)
+
+            let lock = try lockStore()
+            defer { withExtendedLifetime(lock) {} }
+            switch try kind(of: fsPath) {
+            case .directory: throw StoreError.isADirectory(path.description)
+            case .object: replaced = try? readHeader(fsPath, name: path.name, in: parent, path: path)
+            case .missing: break
+            }
+            // The commit: if this throws, nothing has changed.
+            try fs.writeFileAtomically(fsPath, header.sealed(with: metadata), syncDirectory: false)
         } catch {
             file.close()
-            _ = unlink(dataPath)
-            throw error
-        }
-
-        let now = Self.now()
-        var header = ObjectHeader(
-            parentID: parent.record.directoryID, name: path.name, protectionSource: source0, wrappedKey: wrapped,
-            objectID: objectID, chunkSize: options.chunkSize, plaintextLength: result.plaintextLength,
-            dataLength: result.dataLength, created: now, modified: now, headerMAC: [])
-        header.headerMAC = try header.computeMAC(fileKey: fileKey)
-
-        var replaced: ObjectHeader?
-        do {
-            let lock = try StoreLock(path: lockPath)
-            defer { withExtendedLifetime(lock) {} }
-            if kind(of: fsPath) == .directory { throw StoreError.isADirectory(path.description) }
-            if kind(of: fsPath) == .object {
-                replaced = try? readHeader(fsPath, name: path.name, in: parent, path: path)
-            }
-            try fs.writeFileAtomically(fsPath, header.sealed(with: metadata))
-        } catch {
-            _ = unlink(dataPath)
+            try? fs.remove(dataPath, syncDirectory: false)
             throw error
         }
         file.close()
+        // The new version is in place. Its name is made durable before the
+        // old data goes, so that no crash leaves the old header without
+        // its data; if that fails, the old data stays, as garbage.
+        try fs.syncDirectory(parent.fsPath)
         if let replaced { try? fs.remove(self.dataPath(replaced.objectID)) }
         return try objectInfo(path, header: header, headerPath: fsPath)
     }
@@ -462,7 +522,7 @@ public final class Store: @unchecked Sendable {
             }
             let file: DataFile
             do {
-                file = try DataFile.openForReading(dataPath(header.objectID))
+                file = try DataFile.openForReading(dataPath(header.objectID), fileSystem: fs)
             } catch let error as IOError where error.isNotFound {
                 if attempt < 5 { continue }
                 throw StoreError.integrity(path: path.description, what: "data file missing")
@@ -515,7 +575,7 @@ public final class Store: @unchecked Sendable {
         var status: DeviceStatus?
         for fileName in try fs.contentsOfDirectory(directory.fsPath) where fileName != ".dir" && !Self.isTemporary(fileName) {
             let fsPath = directory.fsPath + "/" + fileName
-            let isDirectory = kind(of: fsPath) == .directory
+            let isDirectory = try kind(of: fsPath) == .directory
             var name: String?
             if fileName.hasPrefix(NameCodec.longNamePrefix) {
                 if isDirectory {
@@ -577,7 +637,7 @@ public final class Store: @unchecked Sendable {
         if path.isRoot { return ItemInfo(path: path, kind: .directory(try directoryInfo(path))) }
         let parent = try directory(at: path.parent)
         let fsPath = try entryPath(path.name, in: parent)
-        switch kind(of: fsPath) {
+        switch try kind(of: fsPath) {
         case .missing: throw StoreError.notFound(path.description)
         case .directory: return ItemInfo(path: path, kind: .directory(try directoryInfo(path)))
         case .object:

@@ -135,6 +135,8 @@ public struct ObjectHeader: Sendable, Equatable {
         case 2: source = .storeDefault
         default: throw FormatError.invalidField("protection source")
         }
+        // One encoding per header: only an inherited source has a path.
+        guard sourceKind == 1 || sourcePath.isEmpty else { throw FormatError.invalidField("protection source") }
         let wrapped = try WrappedFileKey.decode(from: &r)
         let padding = try r.read(WrappedFileKey.asymmetricWrapByteCount - wrapped.blob.count)
         guard padding.allSatisfy({ $0 == 0 }) else { throw FormatError.invalidField("wrapped key padding") }
