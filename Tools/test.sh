@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
-# Sets up the machine and runs every test. Exits non-zero if any test fails.
+# Sets up the machine and runs every test: the unit, vector, device, agent,
+# store, end-to-end, damage-corpus, fault-injection and bounded
+# crash-atomicity suites, then each fuzz target for a bounded time.
+# Exits non-zero if anything fails.
+#
+# Environment:
+#   LOCKER_CRASH_RUNS     crash-atomicity runs (default: the suite's bounded
+#                         share; the full campaign is 1000)
+#   LOCKER_FUZZ_SECONDS   seconds per fuzz target (default 40; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash Tools/setup.sh
-# Warnings are errors in every target (see Package.swift).
-# The import check fails the build if a module imports one it does not
-# declare, which keeps the layering honest.
+# Warnings are errors in every target (see Package.swift). The import check
+# fails the build if a module imports one it does not declare, which keeps
+# the layering honest.
 swift build --build-tests --explicit-target-dependency-import-check error
 swift test --skip-build --disable-xctest
+fuzz_seconds="${LOCKER_FUZZ_SECONDS:-40}"
+if [ "$fuzz_seconds" -gt 0 ]; then
+  bash Tools/fuzz/run.sh "$fuzz_seconds"
+fi
