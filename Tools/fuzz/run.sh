@@ -53,6 +53,7 @@ done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failed=0
+crashed=0
 results=()
 for target in "${targets[@]}"; do
     mkdir -p "$work/$target/corpus" "$work/$target/artifacts"
@@ -73,6 +74,7 @@ for target in "${targets[@]}"; do
         outcome="no crash"
     else
         failed=1
+        crashed=$((crashed + 1))
         kept=$scratch/fuzz-artifacts/$target
         mkdir -p "$kept"
         cp "$log" "$kept/log"
@@ -86,4 +88,5 @@ done
 echo
 echo "fuzzing results (${seconds}s per target, $configuration, ${sanitizers[*]}):"
 printf '  %s\n' "${results[@]}"
+echo "fuzz: $(( ${#targets[@]} - crashed )) passed, $crashed failed"
 exit $failed
