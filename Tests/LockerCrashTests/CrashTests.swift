@@ -53,6 +53,12 @@ import Glibc
 // reports it as damage ("shares its data file with"), which --repair does
 // not remove. The run checks both names read the same bytes, then starts a
 // new fixture.
+//
+// Not a known issue, a failure: an mv of a directory to a long name (one
+// stored hashed, `L.…`) killed between the rename and the rewrite of the
+// directory's record leaves a record whose name does not match: verify
+// reports "name does not authenticate" and --repair then deletes the data
+// of every object below as unreferenced.
 
 // MARK: Configuration
 
@@ -297,6 +303,8 @@ struct Prepared {
     var passcodes: (old: String, new: String)?
     /// Local files to remove after the run.
     var scratch: [String] = []
+    /// Temporary files in the device directory before the run.
+    var deviceTemporariesBefore = Set<String>()
     /// Applies the outcome ("old" or "new") to the state.
     var apply: (CrashState, String) -> Void = { _, _ in }
 }
@@ -605,7 +613,7 @@ final class Campaign {
             guard let agent = state.fixture.agentPID else { throw HarnessError("no agent runs for \(state.fixture.device)") }
             target = .agent(agent)
         }
-        let temporariesBefore = state.fixture.deviceTemporaries()
+        prepared.deviceTemporariesBefore = state.fixture.deviceTemporaries()
         let input = try prepared.stdin.map { try state.fixture.stdinFile($0) }
         let output = state.fixture.scratchPath("out")
         prepared.scratch += [input, output].compactMap { $0 }
@@ -619,8 +627,34 @@ final class Campaign {
         if outcome.exitedBeforeKill && outcome.status != 0 {
             throw CheckFailure("locker \(prepared.arguments.joined(separator: " ")) exited \(outcome.status) without being killed: \(printed)")
         }
+        do {
+            return try check(op, state, prepared, outcome, killedAgent: op.killsAgent && !outcome.exitedBeforeKill)
+        } catch let failure as CheckFailure {
+            throw CheckFailure("\(failure.description)\n  the operation (exit \(outcome.status)) printed: \(printed.isEmpty ? "nothing" : printed)")
+        }
+    }
 
+    /// The checks after one run of `op`.
+    private func check(_ op: CrashOperation, _ state: CrashState, _ prepared: Prepared, _ outcome: KillOutcome,
+                       killedAgent: Bool) throws -> (RunResult, KillOutcome, String) {
         var notes: [String] = []
+        if killedAgent {
+            // The first command after the agent was killed. Rarely (once in
+            // about 200 agent kills under load) it has failed with "the
+            // agent is unavailable: reading from the agent: Connection reset
+            // by peer"; that is noted in the summary and the command is
+            // tried again. The checks below still run in full.
+            for attempt in 1...4 {
+                let probe = try state.fixture.raw(["status"])
+                if probe.status == 0 { break }
+                guard attempt < 4, probe.status == 1, probe.stderr.contains("the agent is unavailable") else {
+                    throw CheckFailure("the first command after the agent was killed failed: \(probe)")
+                }
+                let why = probe.stderr.split(separator: "\n").first.map(String.init) ?? ""
+                notes.append("agent unavailable once after the kill (\(why))")
+                usleep(200_000)
+            }
+        }
         let label: String
         let removed: [String]
         if op.isDevice {
@@ -643,7 +677,7 @@ final class Campaign {
                 try state.fixture.ok(["purge", "--key-reset"])
                 state.model = state.model.filter { $0.value.protection == "none" }
             }
-            let left = state.fixture.deviceTemporaries().subtracting(temporariesBefore).subtracting(deviceTemporariesSeen)
+            let left = state.fixture.deviceTemporaries().subtracting(prepared.deviceTemporariesBefore).subtracting(deviceTemporariesSeen)
             if !left.isEmpty {
                 deviceTemporariesSeen.formUnion(left)
                 notes.append("device temporaries left: \(left.sorted().joined(separator: ", "))")
@@ -724,7 +758,11 @@ final class Campaign {
                     tally.killedNew += 1
                 }
                 if !result.repaired.isEmpty { tally.repaired += 1 }
-                for note in result.notes { tally.notes[note.hasPrefix("device temporaries") ? "device temporaries left" : note, default: 0] += 1 }
+                for note in result.notes {
+                    let key = note.hasPrefix("device temporaries") ? "device temporaries left"
+                        : note.hasPrefix("agent unavailable") ? "agent unavailable once after the kill" : note
+                    tally.notes[key, default: 0] += 1
+                }
                 let how = result.exitedBeforeKill ? "ended before the kill" : "killed → \(result.label)"
                 var line = "[crash] run \(index + 1)/\(order.count) \(op.rawValue): \(summary); kill at \(kill): \(how)"
                 if !result.repaired.isEmpty { line += "; repair removed \(result.repaired.joined(separator: ", "))" }
