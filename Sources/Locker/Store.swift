@@ -387,38 +387,28 @@ public final class Store: @unchecked Sendable {
             }
             try fs.syncDirectory(sourceParent.fsPath)
         case .directory:
-            // A long name (stored under its hash) is read back from the
-            // directory's record, so the record must hold the name of the
-            // entry whenever that name is long: with a long target, the
-            // new record first, then the rename; otherwise the rename
-            // first. Each step is durable before the next, and a failure
-            // between undoes the first. (With two long names a crash
-            // between still leaves the wrong one.)
+            // Three durable steps: the record names both the old and the
+            // new name, the directory is renamed, the record drops the old
+            // name. A directory stored under a hashed (long) name is known
+            // by either name in its record, so a crash after any step
+            // leaves it readable under its old name or its new one. A
+            // failure before the rename restores the old record.
             let old = try readDirectoryRecord(sourceFsPath, path: source)
-            var record = old
-            record.name = target.name
+            var moving = old
+            moving.name = target.name
+            moving.previousName = source.name
             let parents = [sourceParent.fsPath] + (destinationParent.fsPath == sourceParent.fsPath ? [] : [destinationParent.fsPath])
-            if (targetFsPath.split(separator: "/").last ?? "").hasPrefix(NameCodec.longNamePrefix) {
-                try fs.writeFileAtomically(sourceFsPath + "/.dir", record.sealed(with: metadata), syncDirectory: false)
-                do {
-                    try fs.syncDirectory(sourceFsPath)
-                    try fs.rename(sourceFsPath, to: targetFsPath)
-                } catch {
-                    try? fs.writeFileAtomically(sourceFsPath + "/.dir", old.sealed(with: metadata))
-                    throw error
-                }
-                for parent in parents { try fs.syncDirectory(parent) }
-            } else {
+            try fs.writeFileAtomically(sourceFsPath + "/.dir", moving.sealed(with: metadata))
+            do {
                 try fs.rename(sourceFsPath, to: targetFsPath)
-                do {
-                    for parent in parents { try fs.syncDirectory(parent) }
-                    try fs.writeFileAtomically(targetFsPath + "/.dir", record.sealed(with: metadata), syncDirectory: false)
-                } catch {
-                    try? fs.rename(targetFsPath, to: sourceFsPath)
-                    throw error
-                }
-                try fs.syncDirectory(targetFsPath)
+            } catch {
+                try? fs.writeFileAtomically(sourceFsPath + "/.dir", old.sealed(with: metadata))
+                throw error
             }
+            for parent in parents { try fs.syncDirectory(parent) }
+            var moved = moving
+            moved.previousName = ""
+            try fs.writeFileAtomically(targetFsPath + "/.dir", moved.sealed(with: metadata))
         }
     }
 
@@ -567,6 +557,27 @@ public final class Store: @unchecked Sendable {
 
     // MARK: Listing and attributes
 
+    /// The plaintext name of the entry stored as `fileName` in
+    /// `directory`, or nil if it does not authenticate. A hashed (long)
+    /// name is read from the entry's record and must hash back to the file
+    /// name; a directory's record may vouch for two names during a move.
+    func entryName(_ fileName: String, at fsPath: String, isDirectory: Bool, in directory: Directory) -> String? {
+        let parentID = directory.record.directoryID
+        guard fileName.hasPrefix(NameCodec.longNamePrefix) else {
+            return try? NameCodec.decode(fileName, parentID: parentID, keys: metadata)
+        }
+        var candidates: [String] = []
+        if isDirectory {
+            candidates = (try? readDirectoryRecord(fsPath, path: directory.storePath))?.names ?? []
+        } else if let bytes = try? fs.readFile(fsPath, limit: 8 << 10),
+                  let header = try? ObjectHeader.open(bytes, with: metadata) {
+            candidates = [header.name]
+        }
+        return candidates.first {
+            (try? NameCodec.fileName(forEncoded: NameCodec.encode($0, parentID: parentID, keys: metadata))) == fileName
+        }
+    }
+
     /// The entries of a directory, sorted by name.
     public func list(_ path: StorePath) throws -> [ItemInfo] {
         let directory = try self.directory(at: path)
@@ -576,22 +587,7 @@ public final class Store: @unchecked Sendable {
         for fileName in try fs.contentsOfDirectory(directory.fsPath) where fileName != ".dir" && !Self.isTemporary(fileName) {
             let fsPath = directory.fsPath + "/" + fileName
             let isDirectory = try kind(of: fsPath) == .directory
-            var name: String?
-            if fileName.hasPrefix(NameCodec.longNamePrefix) {
-                if isDirectory {
-                    name = try? readDirectoryRecord(fsPath, path: path).name
-                } else if let bytes = try? fs.readFile(fsPath, limit: 8 << 10),
-                          let header = try? ObjectHeader.open(bytes, with: metadata) {
-                    name = header.name
-                }
-                // The name must hash to the file name it is stored under.
-                if let n = name,
-                   (try? NameCodec.fileName(forEncoded: NameCodec.encode(n, parentID: directory.record.directoryID, keys: metadata))) != fileName {
-                    name = nil
-                }
-            } else {
-                name = try? NameCodec.decode(fileName, parentID: directory.record.directoryID, keys: metadata)
-            }
+            let name = entryName(fileName, at: fsPath, isDirectory: isDirectory, in: directory)
             guard let name else {
                 items.append(ItemInfo(path: path.appending("?" + fileName), kind: .damaged("name does not authenticate")))
                 continue

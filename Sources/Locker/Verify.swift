@@ -62,21 +62,7 @@ extension Store {
                     continue
                 }
                 let isDirectory = (try? kind(of: fsPath)) == .directory
-                var name: String?
-                if fileName.hasPrefix(NameCodec.longNamePrefix) {
-                    if isDirectory {
-                        name = try? readDirectoryRecord(fsPath, path: directory.storePath).name
-                    } else if let bytes = try? fs.readFile(fsPath, limit: 8 << 10) {
-                        name = (try? ObjectHeader.open(bytes, with: metadata))?.name
-                    }
-                    if let n = name,
-                       (try? NameCodec.fileName(forEncoded: NameCodec.encode(n, parentID: directory.record.directoryID,
-                                                                            keys: metadata))) != fileName {
-                        name = nil
-                    }
-                } else {
-                    name = try? NameCodec.decode(fileName, parentID: directory.record.directoryID, keys: metadata)
-                }
+                let name = entryName(fileName, at: fsPath, isDirectory: isDirectory, in: directory)
                 guard let name else {
                     report.damaged.append(.init(location: relative(fsPath), reason: "name does not authenticate"))
                     continue
@@ -124,9 +110,19 @@ extension Store {
         }
         report.objectsChecked = objects.count
 
+        // Unreferenced data is garbage only when every entry was read: a
+        // damaged name, record or header may be the one that refers to it,
+        // and its object may still be recovered.
+        let structureIntact = report.damaged.isEmpty
         for name in (try? fs.contentsOfDirectory(dataDirectory)) ?? [] {
             let fsPath = dataDirectory + "/" + name
-            if referenced[name] == nil && !DataFile.isInUse(fsPath, fileSystem: fs) { report.garbage.append(relative(fsPath)) }
+            guard referenced[name] == nil, !DataFile.isInUse(fsPath, fileSystem: fs) else { continue }
+            if structureIntact {
+                report.garbage.append(relative(fsPath))
+            } else {
+                report.notChecked.append(.init(location: relative(fsPath),
+                                               reason: "unreferenced data kept: a damaged entry may refer to it"))
+            }
         }
         for fsPath in temporaries + ((try? fs.contentsOfDirectory(path))?.filter { $0.hasPrefix("lock.tmp-") }.map { path + "/" + $0 } ?? [])
         where !DataFile.isInUse(fsPath, fileSystem: fs) {

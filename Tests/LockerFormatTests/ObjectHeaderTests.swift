@@ -561,7 +561,13 @@ struct DirectoryRecordTests {
         for cls: UInt8 in [5, 0x80, 0xff] {
             #expect(throws: FormatError.invalidField("default class")) { _ = try open(body(cls: cls)) }
         }
-        #expect(throws: FormatError.trailingBytes) { _ = try open(body(trailing: [0])) }
+        // After `created` may come only a non-empty previous name (a move
+        // in progress), and nothing after it.
+        #expect(throws: FormatError.truncated) { _ = try open(body(trailing: [0])) }
+        #expect(throws: FormatError.invalidField("previous name")) { _ = try open(body(trailing: [0, 0])) }
+        #expect(try open(body(trailing: [0, 1, 0x61])).previousName == "a")
+        #expect(try open(body(trailing: [0, 1, 0x61])).names == ["d", "a"])
+        #expect(throws: FormatError.trailingBytes) { _ = try open(body(trailing: [0, 1, 0x61, 0])) }
         #expect(throws: FormatError.truncated) { _ = try open(Array(body().dropLast())) }
         #expect(throws: FormatError.truncated) { _ = try open([]) }
         #expect(throws: FormatError.invalidField("utf-8")) { _ = try open(body(name: [0xc3])) }

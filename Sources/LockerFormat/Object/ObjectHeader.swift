@@ -186,22 +186,37 @@ public struct DirectoryRecord: Sendable, Equatable {
     /// The class new objects below inherit, if set.
     public var defaultClass: ProtectionClass?
     public var created: Int64
+    /// While a move is in progress, the name the directory is moving from;
+    /// empty otherwise. A directory stored under a hashed (long) name is
+    /// recognized by either name, so a crash at any step of a move leaves
+    /// it readable under the old name or the new one.
+    public var previousName: String
 
-    public init(directoryID: [UInt8], name: String, defaultClass: ProtectionClass?, created: Int64) {
+    public init(directoryID: [UInt8], name: String, defaultClass: ProtectionClass?, created: Int64,
+                previousName: String = "") {
         self.directoryID = directoryID
         self.name = name
         self.defaultClass = defaultClass
         self.created = created
+        self.previousName = previousName
     }
+
+    /// The names this record vouches for: its name, and the one it is
+    /// moving from, if any.
+    public var names: [String] { previousName.isEmpty ? [name] : [name, previousName] }
 
     public func sealed(with keys: MetadataKeys) throws -> [UInt8] {
         precondition(directoryID.count == Self.directoryIDByteCount, "directory ID must be 16 bytes")
-        guard name.utf8.count <= NameCodec.maxNameLength else { throw FormatError.invalidField("name") }
+        guard name.utf8.count <= NameCodec.maxNameLength, previousName.utf8.count <= NameCodec.maxNameLength else {
+            throw FormatError.invalidField("name")
+        }
         var w = ByteWriter(capacity: 128)
         w.write(directoryID)
         w.writeString(name)
         w.write(defaultClass?.rawValue ?? 0)
         w.write(UInt64(bitPattern: created))
+        // Present only during a move, so a record has one encoding.
+        if !previousName.isEmpty { w.writeString(previousName) }
         return try SealedRecord.seal(magic: Self.magic, body: w.bytes, key: keys.recordKey)
     }
 
@@ -217,7 +232,12 @@ public struct DirectoryRecord: Sendable, Equatable {
             cls = c
         }
         let created = Int64(bitPattern: try r.readUInt64())
+        var previous = ""
+        if r.remaining > 0 {
+            previous = try r.readString(max: NameCodec.maxNameLength)
+            guard !previous.isEmpty else { throw FormatError.invalidField("previous name") }
+        }
         try r.expectEnd()
-        return DirectoryRecord(directoryID: id, name: name, defaultClass: cls, created: created)
+        return DirectoryRecord(directoryID: id, name: name, defaultClass: cls, created: created, previousName: previous)
     }
 }
