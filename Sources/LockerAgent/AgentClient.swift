@@ -283,6 +283,22 @@ public final class AgentClient: KeyService {
     /// Sends `request` on a new connection and decodes the OK body with
     /// `body`, which must consume it whole.
     private func call<T>(_ request: AgentRequest, _ body: (inout ByteReader) throws -> T) throws -> T {
+        // The agent may go away before answering (a reboot, or a kill): a
+        // request that changes nothing is asked again of the next agent,
+        // which answers for the state it boots into. Reboots can follow
+        // each other, so a few times.
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try callOnce(request, body)
+            } catch AgentError.unavailable where request.isSafeToRepeat && attempt < 4 {
+                SocketIO.sleep(milliseconds: 50 * attempt)
+            }
+        }
+    }
+
+    private func callOnce<T>(_ request: AgentRequest, _ body: (inout ByteReader) throws -> T) throws -> T {
         let connection = try connect(start: true)
         defer { connection.close() }
         try connection.send(request)

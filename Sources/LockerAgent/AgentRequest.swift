@@ -141,3 +141,15 @@ enum AgentRequest {
         return request
     }
 }
+
+extension AgentRequest {
+    /// Whether asking again, after the agent went away without answering,
+    /// can change nothing twice: reads of state, and wrapping or unwrapping
+    /// a key. Passcode attempts, state changes and opens are never repeated.
+    var isSafeToRepeat: Bool {
+        switch self {
+        case .ping, .status, .metadataKey, .classBPublicKey, .wrap, .unwrap, .rewrap, .openFileKey: true
+        default: false
+        }
+    }
+}

@@ -166,6 +166,8 @@ final class AgentCore: @unchecked Sendable {
 
     private struct Held {
         var device: Device?
+        /// Set once `reboot` starts; the process ends moments later.
+        var rebooting = false
         /// Why boot failed, if it did; answered to every request but
         /// initialize, ping and reboot.
         var bootError: (any Error)?
@@ -192,8 +194,15 @@ final class AgentCore: @unchecked Sendable {
 
     /// The device, or the error every device request gets without one.
     func device() throws -> Device {
-        let (device, error) = held.withLock { ($0.device, $0.bootError) }
+        let (device, error, rebooting) = held.withLock { ($0.device, $0.bootError, $0.rebooting) }
         if let device { return device }
+        if rebooting {
+            // A request caught by a reboot gets no answer rather than a
+            // wrong one ("not initialized"): this thread waits for the
+            // process to end, the connection closes unanswered, and the
+            // client asks the next agent.
+            while true { SocketIO.sleep(milliseconds: 1000) }
+        }
         throw error ?? DeviceError.notInitialized
     }
 
@@ -244,6 +253,7 @@ final class AgentCore: @unchecked Sendable {
         let device = held.withLock { state -> Device? in
             let device = state.device
             state.device = nil
+            state.rebooting = true
             return device
         }
         device?.shutdown()
