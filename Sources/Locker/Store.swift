@@ -665,10 +665,11 @@ public final class Store: @unchecked Sendable {
         } else if !accessible {
             reason = status.state == .wiped ? "wiped" : "unavailable while \(status.state.rawValue)"
         }
-        let headerSize = (try? fs.readFile(headerPath, limit: 8 << 10).count) ?? 0
+        // The header's size from stat: it was just read and authenticated.
+        let headerSize = (try? fs.status(headerPath))??.size ?? 0
         return ObjectInfo(
             path: path, protectionClass: cls, protectionSource: header.protectionSource, accessible: accessible,
-            reason: reason, size: header.plaintextLength, storedSize: header.dataLength + UInt64(headerSize),
+            reason: reason, size: header.plaintextLength, storedSize: header.dataLength + headerSize,
             chunks: header.chunkCount, chunkSize: header.chunkSize, keyGeneration: header.wrappedKey.keyGeneration,
             created: header.created, modified: header.modified, objectID: Self.hex(header.objectID))
     }

@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 gib="${1:-4}"
 runs="${2:-5}"
-command -v /usr/bin/time >/dev/null || { echo "needs /usr/bin/time (Debian package 'time')" >&2; exit 1; }
+command -v /usr/bin/time >/dev/null && command -v bc >/dev/null \
+  || { echo "needs /usr/bin/time and bc (Debian packages 'time' and 'bc')" >&2; exit 1; }
 swift build -c release --product locker >/dev/null
 L="$(swift build -c release --show-bin-path)/locker"
 
