@@ -56,13 +56,21 @@ public struct DeviceDirectory: Sendable {
             try write(uidPath, uid.withUnsafeBytes { Array($0) })
             return uid
         }
-        let bytes = try read(uidPath, what: "uid")
+        var bytes = try read(uidPath, what: "uid")
+        defer { Self.zero(&bytes) }
         guard bytes.count == 32 else { throw DeviceError.integrity("uid") }
         return SecretBytes(copying: bytes)
     }
 
+    /// Best effort: overwrites a transient copy of a device secret before
+    /// it is released. The kept copy lives in ``SecretBytes``.
+    static func zero(_ bytes: inout [UInt8]) {
+        for i in bytes.indices { bytes[i] = 0 }
+    }
+
     func loadEffaceable() throws -> SecretBytes {
-        let bytes = try read(effaceablePath, what: "effaceable key")
+        var bytes = try read(effaceablePath, what: "effaceable key")
+        defer { Self.zero(&bytes) }
         guard bytes.count == 32 else { throw DeviceError.integrity("effaceable key") }
         return SecretBytes(copying: bytes)
     }
