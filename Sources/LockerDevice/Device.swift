@@ -1,6 +1,7 @@
 public import LockerCrypto
 public import LockerFormat
 internal import Foundation
+internal import Synchronization
 
 /// The simulated device: its keybag, its state, and the class keys it holds
 /// in each state.
@@ -41,6 +42,21 @@ public final class Device: @unchecked Sendable {
     private let clock: any DeviceClock
     private let passcodeCost: PasscodeCost
     private let lock = NSLock()
+    /// Subscribers and the events waiting to reach them. Posting only
+    /// queues under `lock`; delivery happens after `lock` is released, under
+    /// `delivery`, so that an event never reaches a stream while the device
+    /// lock is held. (A stream's consumer being cancelled runs its
+    /// termination handler under the runtime's task lock; yielding under
+    /// the device lock while that handler waits for it deadlocked.)
+    private let eventQueue = Mutex(EventQueue())
+    /// Serializes delivery, so subscribers see events in the order the
+    /// transitions happened.
+    private let delivery = NSLock()
+
+    private struct EventQueue {
+        var subscribers: [UUID: AsyncStream<ProtectionEvent>.Continuation] = [:]
+        var pending: [ProtectionEvent] = []
+    }
 
     // Everything below is guarded by `lock`.
     private var keys: DeviceKeys
@@ -49,7 +65,6 @@ public final class Device: @unchecked Sendable {
     private var graceDeadline: Double?
     private var classKeys: [ProtectionClass: SecretBytes] = [:]
     private var openObjects: [String: OpenObject] = [:]
-    private var subscribers: [UUID: AsyncStream<ProtectionEvent>.Continuation] = [:]
 
     // MARK: Life cycle
 
@@ -159,14 +174,18 @@ public final class Device: @unchecked Sendable {
     /// Ends this boot: every key in memory is wiped. The device object is
     /// unusable afterwards.
     public func shutdown() {
-        let continuations = lock.withLock {
+        lock.withLock {
             classKeys.removeAll()
             openObjects.removeAll()
-            defer { subscribers.removeAll() }
-            return Array(subscribers.values)
         }
-        // Outside the lock: finish() runs the stream's onTermination at
-        // once, and that takes the lock.
+        let continuations = delivery.withLock {
+            eventQueue.withLock { queue in
+                defer { queue = EventQueue() }
+                return Array(queue.subscribers.values)
+            }
+        }
+        // Outside every lock: finish() runs the stream's onTermination at
+        // once, and that takes `eventQueue`.
         for continuation in continuations { continuation.finish() }
     }
 
@@ -248,16 +267,41 @@ public final class Device: @unchecked Sendable {
     public func events() -> AsyncStream<ProtectionEvent> {
         let (stream, continuation) = AsyncStream<ProtectionEvent>.makeStream(bufferingPolicy: .bufferingNewest(64))
         let id = UUID()
-        lock.withLock { subscribers[id] = continuation }
         continuation.onTermination = { [weak self] _ in
             guard let self else { return }
-            _ = self.lock.withLock { self.subscribers.removeValue(forKey: id) }
+            _ = self.eventQueue.withLock { $0.subscribers.removeValue(forKey: id) }
         }
+        eventQueue.withLock { $0.subscribers[id] = continuation }
         return stream
     }
 
+    /// Queues `event`; called with `lock` held. ``deliverEvents()`` sends
+    /// it once `lock` is released.
     private func post(_ event: ProtectionEvent) {
-        for continuation in subscribers.values { continuation.yield(event) }
+        eventQueue.withLock { queue in
+            if !queue.subscribers.isEmpty { queue.pending.append(event) }
+        }
+    }
+
+    /// Sends queued events to every subscriber. Never called with `lock`
+    /// held.
+    private func deliverEvents() {
+        delivery.withLock {
+            let (batch, targets) = eventQueue.withLock { queue in
+                defer { queue.pending.removeAll() }
+                return (queue.pending, Array(queue.subscribers.values))
+            }
+            for event in batch {
+                for continuation in targets { continuation.yield(event) }
+            }
+        }
+    }
+
+    /// Runs `body` under the device lock, then delivers any event it
+    /// posted. Every transition goes through here.
+    private func transition<T>(_ body: () throws -> T) rethrows -> T {
+        defer { deliverEvents() }
+        return try lock.withLock(body)
     }
 
     /// Applies grace expiry now. The agent calls this from a timer so keys
@@ -293,7 +337,7 @@ public final class Device: @unchecked Sendable {
     /// erase-after limit; the same wrong passcode twice in a row counts
     /// once.
     public func unlock(passcode: SecretBytes) throws {
-        try lock.withLock {
+        try transition {
             expireGrace()
             guard currentState != .wiped, let keybag else { throw DeviceError.wiped }
             guard keybag.hasPasscode else { throw DeviceError.noPasscode }
@@ -360,7 +404,7 @@ public final class Device: @unchecked Sendable {
     /// its cost does not depend on how much is stored. Counts as a passcode
     /// attempt for `old`.
     public func changePasscode(old: SecretBytes, new: SecretBytes) throws {
-        try lock.withLock {
+        try transition {
             expireGrace()
             guard currentState != .wiped, let keybag else { throw DeviceError.wiped }
             guard keybag.hasPasscode else { throw DeviceError.noPasscode }
@@ -383,7 +427,7 @@ public final class Device: @unchecked Sendable {
     /// with ``DeviceError/keyReset(_:)`` from then on. Leaves the device
     /// unlocked.
     public func reset(newPasscode: SecretBytes?) throws {
-        try lock.withLock {
+        try transition {
             guard currentState != .wiped, let keybag else { throw DeviceError.wiped }
             let kdf = try Keybag.PasscodeKDF(logN: Self.calibratedLogN(passcodeCost), r: 8, p: 1, salt: SecureRandom.bytes(32))
             let passcodeKey = try Self.derivePasscodeKey(newPasscode, kdf: kdf, keys: keys)
@@ -444,7 +488,7 @@ public final class Device: @unchecked Sendable {
     /// is set (or the grace period is 0). Without a passcode nothing is
     /// evicted.
     public func lock(immediately: Bool = false) {
-        lock.withLock {
+        transition {
             expireGrace()
             switch currentState {
             case .unlocked:
@@ -467,7 +511,7 @@ public final class Device: @unchecked Sendable {
     /// Crypto-erases the device: destroys the effaceable key and the
     /// keybag. O(1) in the size of the store.
     public func wipe() throws {
-        try lock.withLock { try wipeLocked() }
+        try transition { try wipeLocked() }
     }
 
     private func wipeLocked() throws {

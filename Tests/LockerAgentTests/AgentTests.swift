@@ -445,13 +445,10 @@ struct AgentTests {
         #expect(agentProcesses(serving: fixture.device) == Array(pids))
     }
 
-    // Disabled: in about one full-suite run in four on this 2-core machine a
-    // request in this test waits out the client's 120 s reply timeout (an
-    // agent-side hang around the watch stream, not yet found). Watching is
-    // still covered end to end by LockerCLITests'
-    // watchReportsLockAndUnlockAndEndsOnReboot. Re-enable once fixed.
-    @Test("watch streams lock and unlock events, and ends with the agent",
-          .disabled("intermittent 120 s hang under investigation; see the comment above"))
+    // This test found a deadlock between a watcher ending and a lock or
+    // unlock posting an event (fixed in Device: events are delivered after
+    // the device lock is released); LockerDeviceTests has the regression.
+    @Test("watch streams lock and unlock events, and ends with the agent")
     func watch() throws {
         let fixture = try AgentFixture()
         defer { fixture.tearDown() }

@@ -1,3 +1,4 @@
+import Foundation
 import LockerCrypto
 import LockerDevice
 import LockerFormat
@@ -178,5 +179,58 @@ import Testing
         var seen: [ProtectionEvent] = []
         for await event in events { seen.append(event) }
         #expect(seen == [.protectedDataWillBecomeUnavailable, .protectedDataDidBecomeAvailable])
+    }
+
+    // Regression: a watcher cancelled while a transition posted an event
+    // deadlocked the device (the stream's termination handler waited for
+    // the device lock while the posting thread, holding it, waited for the
+    // runtime's lock on the cancelled task). Events are now delivered after
+    // the device lock is released.
+    @Test func cancellingWatchersDuringTransitionsDoesNotDeadlock() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let device = try makeDevice(temp, clock: ManualClock())
+        let code = passcode("1234")
+        let finished = DispatchSemaphore(value: 0)
+        let cycles = Thread {
+            for _ in 0..<300 {
+                device.lock(immediately: true)
+                try? device.unlock(passcode: code)
+            }
+            finished.signal()
+        }
+        cycles.start()
+        let watchers = Thread {
+            for _ in 0..<300 {
+                let stream = device.events()
+                let task = Task { for await _ in stream {} }
+                Thread.sleep(forTimeInterval: Double.random(in: 0..<0.0002))
+                task.cancel()
+            }
+            finished.signal()
+        }
+        watchers.start()
+        // A deadlock leaves the threads stuck: stop here rather than touch
+        // the device again.
+        try #require(finished.wait(timeout: .now() + 30) == .success, "deadlock")
+        try #require(finished.wait(timeout: .now() + 30) == .success, "deadlock")
+        #expect(device.state == .unlocked)
+        device.shutdown()
+    }
+
+    @Test func eventsArriveInTransitionOrder() async throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let device = try makeDevice(temp, clock: ManualClock())
+        let events = device.events()
+        for _ in 0..<20 {
+            device.lock(immediately: true)
+            try device.unlock(passcode: passcode("1234"))
+        }
+        device.shutdown()
+        var seen: [ProtectionEvent] = []
+        for await event in events { seen.append(event) }
+        let cycle: [ProtectionEvent] = [.protectedDataWillBecomeUnavailable, .protectedDataDidBecomeAvailable]
+        #expect(seen == Array(repeating: cycle, count: 20).flatMap { $0 })
     }
 }
