@@ -122,24 +122,24 @@ public final class AgentClient: KeyService {
     // MARK: KeyService
 
     public func status() throws -> DeviceStatus {
-        let connection = try connect(start: true)
-        defer { connection.close() }
-        try connection.send(.status)
-        var total = 0
-        var json: [UInt8] = []
-        try connection.receiveReply { r in
-            let declared = Int(try r.readUInt32())
-            guard declared >= 1, declared <= WireFormat.maxStatusBytes else { throw WireFormat.Malformed() }
-            total = declared
-            json = try r.read(r.remaining)
-            guard json.count <= total else { throw WireFormat.Malformed() }
-        }
-        while json.count < total {
-            guard case .frame(let payload) = SocketIO.readFrame(connection.fd),
-                  payload.first == WireFormat.ResponseKind.continuation.rawValue,
-                  payload.count > 1, json.count + payload.count - 1 <= total
-            else { throw AgentError.protocolViolation }
-            json.append(contentsOf: payload[1...])
+        let json = try exchange(.status) { connection in
+            var total = 0
+            var json: [UInt8] = []
+            try connection.receiveReply { r in
+                let declared = Int(try r.readUInt32())
+                guard declared >= 1, declared <= WireFormat.maxStatusBytes else { throw WireFormat.Malformed() }
+                total = declared
+                json = try r.read(r.remaining)
+                guard json.count <= total else { throw WireFormat.Malformed() }
+            }
+            while json.count < total {
+                guard case .frame(let payload) = SocketIO.readFrame(connection.fd),
+                      payload.first == WireFormat.ResponseKind.continuation.rawValue,
+                      payload.count > 1, json.count + payload.count - 1 <= total
+                else { throw AgentError.protocolViolation }
+                json.append(contentsOf: payload[1...])
+            }
+            return json
         }
         do {
             return try JSONDecoder().decode(DeviceStatus.self, from: Data(json))
@@ -283,6 +283,16 @@ public final class AgentClient: KeyService {
     /// Sends `request` on a new connection and decodes the OK body with
     /// `body`, which must consume it whole.
     private func call<T>(_ request: AgentRequest, _ body: (inout ByteReader) throws -> T) throws -> T {
+        try exchange(request) { connection in
+            var result: T?
+            try connection.receiveReply { r in result = try body(&r) }
+            return result!
+        }
+    }
+
+    /// Sends `request` on a new connection and reads the reply with
+    /// `receive`. Every request, status included, goes through here.
+    private func exchange<T>(_ request: AgentRequest, _ receive: (Connection) throws -> T) throws -> T {
         // The agent may go away before answering (a reboot, or a kill): a
         // request that changes nothing is asked again of the next agent,
         // which answers for the state it boots into. Reboots can follow
@@ -291,20 +301,14 @@ public final class AgentClient: KeyService {
         while true {
             attempt += 1
             do {
-                return try callOnce(request, body)
+                let connection = try connect(start: true)
+                defer { connection.close() }
+                try connection.send(request)
+                return try receive(connection)
             } catch AgentError.unavailable where request.isSafeToRepeat && attempt < 4 {
                 SocketIO.sleep(milliseconds: 50 * attempt)
             }
         }
-    }
-
-    private func callOnce<T>(_ request: AgentRequest, _ body: (inout ByteReader) throws -> T) throws -> T {
-        let connection = try connect(start: true)
-        defer { connection.close() }
-        try connection.send(request)
-        var result: T?
-        try connection.receiveReply { r in result = try body(&r) }
-        return result!
     }
 
     /// A connection to the agent, starting one first if none listens and
