@@ -40,6 +40,7 @@ public final class Store: @unchecked Sendable {
     var namespaceRoot: String { path + "/ns" }
     var dataDirectory: String { path + "/data" }
     var lockPath: String { path + "/lock" }
+    var intentPath: String { path + "/move.intent" }
 
     /// Opens the store at `path`, creating its layout on first use. Throws
     /// ``StoreError/foreignStore`` if it was made under another device.
@@ -77,8 +78,41 @@ public final class Store: @unchecked Sendable {
     }
 
     /// Takes the store-wide lock; it is held until the result is released.
+    /// Takes the store lock for a change, first finishing an object move
+    /// a crash interrupted (see ``settleInterruptedMove()``).
     func lockStore() throws -> StoreLock {
-        try StoreLock(path: lockPath, fileSystem: fs)
+        let lock = try StoreLock(path: lockPath, fileSystem: fs)
+        try settleInterruptedMove()
+        return lock
+    }
+
+    /// The intent of an interrupted object move, if one is left and
+    /// authenticates. Missing or unreadable: nil (verify reports damage).
+    func pendingMoveIntent() -> MoveIntent? {
+        guard let bytes = try? fs.readFile(intentPath, limit: 8 << 10) else { return nil }
+        return try? MoveIntent.open(bytes, with: metadata)
+    }
+
+    /// True when both names of `intent` are headers of its object: the
+    /// move was interrupted after the new name was written and before the
+    /// old one was removed.
+    func moveLeftBothNames(_ intent: MoveIntent) -> Bool {
+        func names(_ relative: String) -> Bool {
+            guard let bytes = try? fs.readFile(path + "/" + relative, limit: 8 << 10),
+                  let header = try? ObjectHeader.open(bytes, with: metadata) else { return false }
+            return header.objectID == intent.objectID
+        }
+        return names(intent.target) && names(intent.source)
+    }
+
+    /// Rolls an interrupted object move forward: if both names are there,
+    /// the old one goes; then the intent goes. Called with the store lock
+    /// held. An intent that does not authenticate is left for verify to
+    /// report.
+    func settleInterruptedMove() throws {
+        guard try fs.status(intentPath) != nil, let intent = pendingMoveIntent() else { return }
+        if moveLeftBothNames(intent) { try fs.remove(path + "/" + intent.source) }
+        try fs.remove(intentPath)
     }
 
     static func now() -> Int64 {
@@ -319,6 +353,9 @@ public final class Store: @unchecked Sendable {
         case .object:
             let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
+            // Look again under the lock: another process, or the settling
+            // of an interrupted move, may have removed it meanwhile.
+            guard try kind(of: fsPath) == .object else { throw StoreError.notFound(path.description) }
             let header = try? readHeader(fsPath, name: path.name, in: parent, path: path)
             try fs.remove(fsPath)
             if let header { try fs.remove(dataPath(header.objectID)) }
@@ -374,18 +411,30 @@ public final class Store: @unchecked Sendable {
             var header = try readHeader(sourceFsPath, name: source.name, in: sourceParent, path: source)
             header.parentID = destinationParent.record.directoryID
             header.name = target.name
-            // The new header first, durably, then the old one goes: a
-            // crash between leaves two names for one object, never none. A
-            // failure between takes the new name away again.
-            try fs.writeFileAtomically(targetFsPath, header.sealed(with: metadata), syncDirectory: false)
+            // The intent first, then the new header, durably, then the old
+            // one goes: a crash between leaves two names for one object,
+            // never none, and the intent tells the next change which name
+            // to drop. A failure between takes the new name away again.
+            let intent = MoveIntent(source: relative(sourceFsPath), target: relative(targetFsPath), objectID: header.objectID)
+            try fs.writeFileAtomically(intentPath, intent.sealed(with: metadata))
             do {
-                try fs.syncDirectory(destinationParent.fsPath)
-                try fs.remove(sourceFsPath, syncDirectory: false)
+                try fs.writeFileAtomically(targetFsPath, header.sealed(with: metadata), syncDirectory: false)
+                do {
+                    try fs.syncDirectory(destinationParent.fsPath)
+                    try fs.remove(sourceFsPath, syncDirectory: false)
+                } catch {
+                    try? fs.remove(targetFsPath)
+                    throw error
+                }
+                try fs.syncDirectory(sourceParent.fsPath)
             } catch {
-                try? fs.remove(targetFsPath)
+                // Either name may be the one left: only settling decides.
+                try? settleInterruptedMove()
                 throw error
             }
-            try fs.syncDirectory(sourceParent.fsPath)
+            // Done: the intent no longer matters, so its removal needs no
+            // sync (an intent found later with one name left is dropped).
+            try fs.remove(intentPath, syncDirectory: false)
         case .directory:
             // Three durable steps: the record names both the old and the
             // new name, the directory is renamed, the record drops the old

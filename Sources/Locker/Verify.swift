@@ -42,8 +42,20 @@ extension Store {
         var report = VerifyReport()
         // The store lock keeps a put from committing a header between the
         // scan of references and the removal of unreferenced data.
-        let lock = try lockStore()
+        // (Not lockStore(): verify reports an interrupted move and only
+        // --repair finishes it.)
+        let lock = try StoreLock(path: lockPath, fileSystem: fs)
         defer { withExtendedLifetime(lock) {} }
+
+        var intent: MoveIntent?
+        if try fs.status(intentPath) != nil {
+            intent = pendingMoveIntent()
+            if intent == nil {
+                report.damaged.append(.init(location: relative(intentPath), reason: "move intent does not authenticate"))
+            }
+        }
+        // The old name of an interrupted move, when both names are there.
+        let staleName = intent.flatMap { moveLeftBothNames($0) ? $0.source : nil }
 
         var referenced: [String: String] = [:]
         var objects: [(StorePath, ObjectHeader)] = []
@@ -80,6 +92,11 @@ extension Store {
                 do {
                     let header = try readHeader(fsPath, name: name, in: directory, path: itemPath)
                     let id = Self.hex(header.objectID)
+                    if relative(fsPath) == staleName {
+                        // Garbage, not damage: the move's new name holds
+                        // the object.
+                        continue
+                    }
                     if let other = referenced[id] {
                         report.damaged.append(.init(location: itemPath.description, reason: "shares its data file with \(other)"))
                         continue
@@ -124,7 +141,13 @@ extension Store {
                                                reason: "unreferenced data kept: a damaged entry may refer to it"))
             }
         }
-        for fsPath in temporaries + ((try? fs.contentsOfDirectory(path))?.filter { $0.hasPrefix("lock.tmp-") }.map { path + "/" + $0 } ?? [])
+        if intent != nil {
+            // The old name first: removing the intent before it would
+            // leave two names and nothing to tell them apart.
+            if let staleName { report.garbage.append(staleName) }
+            report.garbage.append(relative(intentPath))
+        }
+        for fsPath in temporaries + ((try? fs.contentsOfDirectory(path))?.filter { $0.hasPrefix("lock.tmp-") || $0.hasPrefix("move.intent.tmp-") }.map { path + "/" + $0 } ?? [])
         where !DataFile.isInUse(fsPath, fileSystem: fs) {
             report.garbage.append(relative(fsPath))
         }
@@ -170,7 +193,7 @@ extension Store {
         }
     }
 
-    private func relative(_ fsPath: String) -> String {
+    func relative(_ fsPath: String) -> String {
         fsPath.hasPrefix(path + "/") ? String(fsPath.dropFirst(path.count + 1)) : fsPath
     }
 }

@@ -133,6 +133,7 @@ public final class Device: @unchecked Sendable {
         // The directory holds the device secret: keep it private even if
         // its mode was loosened since init.
         try directory.prepare()
+        directory.removeStaleTemporaries()
         let uid = try directory.loadUID(create: false)
         let uidOnly = try DeviceKeys(uid: uid, effaceable: nil)
         var record = try directory.readRecord(macKey: uidOnly.recordMACKey)

@@ -1,6 +1,9 @@
 internal import LockerCrypto
 internal import LockerFormat
 public import LockerIO
+#if canImport(Glibc)
+internal import Glibc
+#endif
 
 /// The device directory: the simulated hardware secret (UID), the
 /// effaceable key, the keybag and the device record. Mode 0700, separate
@@ -106,6 +109,21 @@ public struct DeviceDirectory: Sendable {
 
     func writeRecord(_ record: DeviceRecord, macKey: SecretBytes) throws {
         try write(recordPath, try record.encoded(macKey: macKey))
+    }
+
+    /// Shreds temporary copies (`<file>.tmp-<pid>-<random>`) whose writer
+    /// is gone: a process killed between writing a temporary and renaming
+    /// it leaves one, holding a keybag or record. A temporary of a live
+    /// process is left alone (it may be about to be renamed). Best effort:
+    /// a failure leaves the file for the next boot or `wipe`.
+    func removeStaleTemporaries() {
+        guard let names = try? fileSystem.contentsOfDirectory(path) else { return }
+        for name in names {
+            guard let range = name.range(of: ".tmp-") else { continue }
+            let pidText = name[range.upperBound...].prefix { $0 != "-" }
+            guard let pid = Int32(pidText), pid > 0, kill(pid, 0) != 0, errno == ESRCH else { continue }
+            try? fileSystem.shred(path + "/" + name)
+        }
     }
 
     /// Destroys the effaceable key and the keybag, and any temporary copy

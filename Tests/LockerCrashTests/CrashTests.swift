@@ -20,7 +20,6 @@ import Glibc
 //   LOCKER_CRASH_ONLY    run only this run index of the seed's schedule (to
 //                        reproduce a failure: same operation, sizes and kill
 //                        point as a fraction of the measured duration)
-//   LOCKER_CRASH_STRICT  1: treat known issues (see below) as failures
 //   LOCKER_CRASH_KILL_RANGE  LO-HI: kill between LO and HI times the typical
 //                        duration (default 0-1), e.g. 0.6-1.1 to aim at
 //                        the commit, which comes last
@@ -46,13 +45,10 @@ import Glibc
 //   reads, or the new one does and every class A, B and C object fails with
 //   keyReset (exit 69 for `get`), class D ones unchanged.
 //
-// Known issue (recorded with `withKnownIssue`, a failure under
-// LOCKER_CRASH_STRICT=1): an mv killed between writing the new name and
-// removing the old one leaves both names on one data file, as
-// docs/format.md says ("two names for one object, never none"); verify
-// reports it as damage ("shares its data file with"), which --repair does
-// not remove. The run checks both names read the same bytes, then starts a
-// new fixture.
+// An mv killed between writing the new name and removing the old one
+// leaves both names on one data file and its move intent: verify reports
+// the old name as garbage and --repair removes it, so the run ends in the
+// "new" state like any other repaired one.
 //
 // Not a known issue, a failure: an mv of a directory to a long name (one
 // stored hashed, `L.…`) killed between the rename and the rewrite of the
@@ -109,7 +105,6 @@ struct CrashConfig {
     var seed = UInt64.random(in: 0...UInt64.max)
     var operations = CrashOperation.allCases
     var only: Int?
-    var strict = false
     var killRange: ClosedRange<Double> = 0...1
 
     static func fromEnvironment() throws -> CrashConfig {
@@ -136,7 +131,6 @@ struct CrashConfig {
             guard let only = Int(text), only >= 0 else { throw HarnessError("LOCKER_CRASH_ONLY must be a run index") }
             config.only = only
         }
-        config.strict = env["LOCKER_CRASH_STRICT"] == "1"
         if let text = env["LOCKER_CRASH_KILL_RANGE"], !text.isEmpty {
             let parts = text.split(separator: "-").compactMap { Double($0) }
             guard parts.count == 2, parts[0] >= 0, parts[0] <= parts[1] else {
@@ -284,7 +278,6 @@ struct Tally {
     var exitedBeforeKill = 0
     var killedOld = 0
     var killedNew = 0
-    var twoNames = 0
     var repaired = 0
     var failures = 0
     var notes: [String: Int] = [:]
@@ -296,8 +289,6 @@ struct Prepared {
     var stdin: String?
     var before: StoreModel
     var after: StoreModel
-    /// mv: both names on one object.
-    var twoNames: StoreModel?
     var summary: String
     /// passwd and reset: the passcode before and the one the operation sets.
     var passcodes: (old: String, new: String)?
@@ -439,10 +430,8 @@ final class Campaign {
             let (source, destination) = state.model[a] != nil ? (a, b) : (b, a)
             var after = state.model
             after[destination] = after.removeValue(forKey: source)
-            var both = state.model
-            both[destination] = state.model[source]
             return Prepared(arguments: ["mv", source, destination], stdin: nil, before: state.model, after: after,
-                            twoNames: both, summary: "mv \(source) \(destination) (\(state.model[source]!.content.summary))")
+                            summary: "mv \(source) \(destination) (\(state.model[source]!.content.summary))")
         case .mvDirectory:
             let (source, destination) = state.directoryMoved ? (movedDirectoryB, movedDirectoryA) : (movedDirectoryA, movedDirectoryB)
             let inner = source + "/" + movedDirectoryObject
@@ -515,7 +504,7 @@ final class Campaign {
     /// Verifies (repairing garbage if needed) and matches the store against
     /// the allowed states. Returns the matching label and what repair
     /// removed.
-    func checkStore(_ state: CrashState, allowed: [(String, StoreModel)], twoNames: StoreModel?) throws -> (String, [String]) {
+    func checkStore(_ state: CrashState, allowed: [(String, StoreModel)]) throws -> (String, [String]) {
         let first = try state.fixture.raw(["verify", "--read-data", "--json"])
         var removed: [String] = []
         var damaged: [[String: String]] = []
@@ -537,10 +526,6 @@ final class Campaign {
             var message = "verify --read-data exits 65 and reports damage, which --repair does not remove: \(described)"
             do {
                 let observed = try observe(state)
-                if let twoNames, damaged.allSatisfy({ ($0["reason"] ?? "").hasPrefix("shares its data file with") }),
-                   differences(expected: twoNames, observed: observed).isEmpty {
-                    return ("two names", removed)
-                }
                 for (label, model) in allowed {
                     message += "\n  against the \(label) state: " + differences(expected: model, observed: observed).joined(separator: "; ")
                 }
@@ -666,7 +651,7 @@ final class Campaign {
                 throw CheckFailure("key generation \(generation) after \(label == "new" ? "a completed" : "no") \(op.rawValue), expected \(expectedGeneration)")
             }
             let model = label == "new" ? prepared.after : prepared.before
-            (_, removed) = try checkStore(state, allowed: [(label, model)], twoNames: nil)
+            (_, removed) = try checkStore(state, allowed: [(label, model)])
             if op.isReset && label == "new" {
                 // A `get` of an old class A, B or C object fails with 69.
                 if let path = prepared.before.first(where: { $0.value.protection != "none" })?.key {
@@ -683,11 +668,9 @@ final class Campaign {
                 notes.append("device temporaries left: \(left.sorted().joined(separator: ", "))")
             }
         } else {
-            (label, removed) = try checkStore(state, allowed: [("old", prepared.before), ("new", prepared.after)],
-                                              twoNames: prepared.twoNames)
+            (label, removed) = try checkStore(state, allowed: [("old", prepared.before), ("new", prepared.after)])
             switch label {
             case "new": state.model = prepared.after
-            case "two names": state.tainted = true
             default: state.model = prepared.before
             }
             if op == .putNew, label == "old", prepared.summary.contains("creating"),
@@ -768,18 +751,6 @@ final class Campaign {
                 if !result.repaired.isEmpty { line += "; repair removed \(result.repaired.joined(separator: ", "))" }
                 for note in result.notes { line += "; \(note)" }
                 print(line)
-                if result.label == "two names" {
-                    tally.twoNames += 1
-                    let message = "run \(index + 1) (seed \(config.seed), LOCKER_CRASH_ONLY=\(index)) \(op.rawValue) killed at \(kill) left both names of one object: verify reports 'shares its data file with' and --repair cannot clear it"
-                    if config.strict {
-                        tally.failures += 1
-                        fail(message, CheckFailure("two names"))
-                    } else {
-                        withKnownIssue("mv interrupted between its two steps leaves two names", isIntermittent: true) {
-                            Issue.record(Comment(rawValue: message))
-                        }
-                    }
-                }
             } catch {
                 tally.failures += 1
                 print("[crash] run \(index + 1)/\(order.count) \(op.rawValue): FAILED at kill \(kill)")
@@ -792,22 +763,21 @@ final class Campaign {
     /// The summary, as a Markdown table.
     func table() -> String {
         var lines = [
-            "| operation | runs | typical duration | ended before kill | killed → old | killed → new | two names | repair needed | failures |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+            "| operation | runs | typical duration | ended before kill | killed → old | killed → new | repair needed | failures |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|",
         ]
         var total = Tally()
         for op in CrashOperation.allCases {
             guard let t = tallies[op] else { continue }
-            lines.append("| \(op.title) | \(t.runs) | \(String(format: "%.0f ms", (durations[op.timing] ?? 0) * 1000)) | \(t.exitedBeforeKill) | \(t.killedOld) | \(t.killedNew) | \(t.twoNames) | \(t.repaired) | \(t.failures) |")
+            lines.append("| \(op.title) | \(t.runs) | \(String(format: "%.0f ms", (durations[op.timing] ?? 0) * 1000)) | \(t.exitedBeforeKill) | \(t.killedOld) | \(t.killedNew) | \(t.repaired) | \(t.failures) |")
             total.runs += t.runs
             total.exitedBeforeKill += t.exitedBeforeKill
             total.killedOld += t.killedOld
             total.killedNew += t.killedNew
-            total.twoNames += t.twoNames
             total.repaired += t.repaired
             total.failures += t.failures
         }
-        lines.append("| **total** | \(total.runs) | | \(total.exitedBeforeKill) | \(total.killedOld) | \(total.killedNew) | \(total.twoNames) | \(total.repaired) | \(total.failures) |")
+        lines.append("| **total** | \(total.runs) | | \(total.exitedBeforeKill) | \(total.killedOld) | \(total.killedNew) | \(total.repaired) | \(total.failures) |")
         var notes: [String] = []
         for op in CrashOperation.allCases {
             for (note, count) in tallies[op]?.notes.sorted(by: { $0.key < $1.key }) ?? [] {

@@ -50,4 +50,22 @@ import Testing
         try old.write(to: URL(fileURLWithPath: keybagPath))
         #expect(throws: DeviceError.rollback) { try Device.boot(at: temp.directory, clock: clock, passcodeCost: fastCost) }
     }
+
+    @Test func bootRemovesTemporariesOfDeadWritersOnly() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let clock = ManualClock()
+        let device = try makeDevice(temp, clock: clock)
+        device.shutdown()
+        let dir = temp.directory.path
+        // No pid is this large on Linux (pid_max is at most 2^22).
+        let dead = dir + "/keybag.tmp-2147483647-17"
+        let live = dir + "/record.tmp-\(getpid())-18"
+        for path in [dead, live] {
+            #expect(FileManager.default.createFile(atPath: path, contents: Data(repeating: 7, count: 64)))
+        }
+        _ = try Device.boot(at: temp.directory, clock: clock, passcodeCost: fastCost)
+        #expect(!FileManager.default.fileExists(atPath: dead))
+        #expect(FileManager.default.fileExists(atPath: live))
+    }
 }
