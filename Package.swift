@@ -35,7 +35,7 @@ let package = Package(
         .target(name: "LockerFormat", dependencies: ["LockerCrypto", "CLZ4"]),
         // The one layer that makes file system calls for the store and the
         // device.
-        .target(name: "LockerIO"),
+        .target(name: "LockerIO", dependencies: ["CLockerSupport"]),
         // The simulated device: keybag, passcode policy, state machine.
         .target(name: "LockerDevice", dependencies: ["LockerCrypto", "LockerFormat", "LockerIO"]),
         // The store: namespace, objects, chunk pipeline; the module apps

@@ -32,6 +32,40 @@ struct Unchecked<T>: @unchecked Sendable {
     init(_ value: T) { self.value = value }
 }
 
+/// Plaintext buffers kept between objects, so that storing or fetching
+/// many small objects does not allocate, lock and release megabytes for
+/// each. A buffer comes back wiped as far as it was used; buffers beyond
+/// the pool's bound are released (and wiped) as usual.
+final class BufferPool: @unchecked Sendable {
+    static let shared = BufferPool()
+    /// Enough for one writer and one reader at the largest chunk size.
+    private static let maxBytes = 24 << 20
+    private let lock = NSLock()
+    private var free: [Int: [SensitiveBuffer]] = [:]
+    private var bytes = 0
+
+    func take(_ count: Int) -> SensitiveBuffer {
+        let reused = lock.withLock { () -> SensitiveBuffer? in
+            guard let buffer = free[count]?.popLast() else { return nil }
+            bytes -= count
+            return buffer
+        }
+        return reused ?? SensitiveBuffer(count: count)
+    }
+
+    /// Returns `buffer`, of which the first `used` bytes may hold
+    /// plaintext.
+    func give(_ buffer: SensitiveBuffer, used: Int) {
+        buffer.wipe(upTo: used)
+        let count = buffer.bytes.count
+        lock.withLock {
+            guard bytes + count <= Self.maxBytes else { return }
+            free[count, default: []].append(buffer)
+            bytes += count
+        }
+    }
+}
+
 /// Writes an object's data file: reads the source in batches of chunks,
 /// compresses and seals the chunks of a batch on all cores, and writes the
 /// previous batch while the next one is sealed. Memory is bounded by two
@@ -48,32 +82,49 @@ final class ObjectWriter {
     private let input: SensitiveBuffer
     private let records: [[SensitiveBuffer]]
     private var lengths: [UInt32] = []
+    /// How far each buffer was used, for the wipe on return to the pool.
+    private var inputUsed = 0
+    private var recordUsed: [[Int]]
 
     init(chunkKey: SecretBytes, chunkSize: UInt32, workers: Int) throws {
         self.chunkSize = Int(chunkSize)
         let batch = max(2, workers * 2)
         self.batch = batch
         sealers = try (0..<batch).map { _ in try ChunkSealer(chunkKey: chunkKey) }
-        input = SensitiveBuffer(count: batch * Int(chunkSize))
+        input = BufferPool.shared.take(batch * Int(chunkSize))
         let recordLength = ChunkLayout.maxRecordLength(chunkSize: chunkSize)
-        records = (0..<2).map { _ in (0..<batch).map { _ in SensitiveBuffer(count: recordLength) } }
+        records = (0..<2).map { _ in (0..<batch).map { _ in BufferPool.shared.take(recordLength) } }
+        recordUsed = Array(repeating: Array(repeating: 0, count: batch), count: 2)
+    }
+
+    deinit {
+        BufferPool.shared.give(input, used: inputUsed)
+        for set in 0..<2 {
+            for i in 0..<batch { BufferPool.shared.give(records[set][i], used: recordUsed[set][i]) }
+        }
     }
 
     /// Streams `source` (which returns how many bytes it put in the buffer,
     /// 0 at the end) into `file`.
+    /// With `sync` false the file is not fsynced: the caller makes it
+    /// durable (a batch, with one sync of the file system).
     func write(from source: (UnsafeMutableRawBufferPointer) throws -> Int, to file: DataFile,
-               progress: ((UInt64) -> Void)?) throws -> Result {
+               progress: ((UInt64) -> Void)?, sync: Bool = true) throws -> Result {
         var total: UInt64 = 0
         var dataLength: UInt64 = 0
         var chunkIndex: UInt64 = 0
         var carry: UInt8?
         var finished = false
         var set = 0
-        let writes = DispatchQueue(label: "locker.object-writer")
+        // Created only for an object of more than one batch.
+        var writes: DispatchQueue?
         // One group per record set: sealing into a set waits only for the
         // write that last used it, so batch k+1 is sealed while batch k is
         // written.
         let pending = [DispatchGroup(), DispatchGroup()]
+        // On every exit, a thrown error included: no queued write may
+        // outlive the buffers it reads.
+        defer { pending.forEach { $0.wait() } }
         let writeState = WriteState(file: file)
         let recordLengths = UnsafeMutableBufferPointer<Int>.allocate(capacity: batch)
         recordLengths.initialize(repeating: 0)
@@ -93,6 +144,7 @@ final class ObjectWriter {
                 if n == 0 { break }
                 filled += n
             }
+            inputUsed = max(inputUsed, filled)
             var atEnd = filled < input.bytes.count
             if !atEnd {
                 var probe: UInt8 = 0
@@ -121,13 +173,21 @@ final class ObjectWriter {
             for i in 0..<chunksHere {
                 lengths.append(UInt32(recordLengths[i]))
                 dataLength += UInt64(recordLengths[i])
+                recordUsed[set][i] = max(recordUsed[set][i], recordLengths[i])
             }
             let job = WriteJob(records: (0..<chunksHere).map { UnsafeRawBufferPointer(rebasing: targets[$0].bytes[..<recordLengths[$0]]) })
-            let group = pending[set]
-            group.enter()
-            writes.async {
-                defer { group.leave() }
+            if atEnd && writes == nil {
+                // The whole object in one batch: nothing to overlap with.
                 writeState.write(job)
+            } else {
+                let queue = writes ?? DispatchQueue(label: "locker.object-writer")
+                writes = queue
+                let group = pending[set]
+                group.enter()
+                queue.async {
+                    defer { group.leave() }
+                    writeState.write(job)
+                }
             }
             set ^= 1
             chunkIndex += UInt64(chunksHere)
@@ -140,7 +200,7 @@ final class ObjectWriter {
         let index = try sealers[0].sealIndex(lengths)
         try index.withUnsafeBytes { try file.write($0) }
         dataLength += UInt64(index.count)
-        try file.sync()
+        if sync { try file.sync() }
         return Result(plaintextLength: total, dataLength: dataLength)
     }
 }
@@ -223,8 +283,14 @@ final class ObjectReader {
         guard last == UInt64.max || last < count else { throw StoreError.invalidPath("range past the end") }
         if last == UInt64.max { return }
         let maxRecord = ChunkLayout.maxRecordLength(chunkSize: header.chunkSize)
-        let recordBuffer = SensitiveBuffer(count: batch * maxRecord)
-        let plainBuffers = (0..<batch).map { _ in SensitiveBuffer(count: Int(chunkSize)) }
+        let recordBuffer = BufferPool.shared.take(batch * maxRecord)
+        let plainBuffers = (0..<batch).map { _ in BufferPool.shared.take(Int(chunkSize)) }
+        var recordUsed = 0
+        var plainUsed = Array(repeating: 0, count: batch)
+        defer {
+            BufferPool.shared.give(recordBuffer, used: recordUsed)
+            for i in 0..<batch { BufferPool.shared.give(plainBuffers[i], used: plainUsed[i]) }
+        }
         var index = first
         while index <= last {
             let n = Int(min(UInt64(batch), last - index + 1))
@@ -232,6 +298,11 @@ final class ObjectReader {
             let start = offsets[Int(index)]
             let end = offsets[Int(index) + n - 1] + UInt64(lengths[Int(index) + n - 1])
             let span = UnsafeMutableRawBufferPointer(rebasing: recordBuffer.bytes[..<Int(end - start)])
+            recordUsed = max(recordUsed, span.count)
+            for i in 0..<n {
+                plainUsed[i] = max(plainUsed[i], ChunkLayout.chunkLength(index: index + UInt64(i), plaintextLength: header.plaintextLength,
+                                                                         chunkSize: header.chunkSize))
+            }
             try file.read(into: span, at: start)
             let batchStart = index
             try parallelFor(n) { i in

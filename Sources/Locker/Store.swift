@@ -549,39 +549,44 @@ public final class Store: @unchecked Sendable {
                      into sink: (UnsafeRawBufferPointer) throws -> Void) throws {
         // A concurrent put may replace the object and delete the old data
         // file between reading the header and opening the data: look again.
-        var attempt = 0
-        while true {
-            attempt += 1
+        for attempt in 1... {
             let (_, _, header) = try object(at: path)
             let fileKey = try fileKey(for: header)
-            do {
-                try header.verifyMAC(fileKey: fileKey)
-            } catch {
-                throw StoreError.integrity(path: path.description, what: "header MAC")
-            }
-            let file: DataFile
-            do {
-                file = try DataFile.openForReading(dataPath(header.objectID), fileSystem: fs)
-            } catch let error as IOError where error.isNotFound {
-                if attempt < 5 { continue }
-                throw StoreError.integrity(path: path.description, what: "data file missing")
-            }
-            let wanted = range ?? 0..<header.plaintextLength
-            guard wanted.upperBound <= header.plaintextLength else {
-                throw StoreError.invalidPath("range \(wanted.lowerBound)-\(wanted.upperBound) is past the end of \(path) (\(header.plaintextLength) bytes)")
-            }
-            do {
-                let reader = try ObjectReader(header: header, fileKey: fileKey, file: file, workers: options.workers)
-                try reader.read(wanted, into: sink)
-            } catch is CryptoError {
-                throw StoreError.integrity(path: path.description, what: "data")
-            } catch is FormatError {
-                throw StoreError.integrity(path: path.description, what: "data")
-            } catch let error as IOError where error.errno == ENODATA {
-                throw StoreError.integrity(path: path.description, what: "data truncated")
-            }
-            return
+            if try readData(path, header: header, fileKey: fileKey, range: range, into: sink) { return }
+            if attempt == 5 { throw StoreError.integrity(path: path.description, what: "data file missing") }
         }
+    }
+
+    /// Reads the data `header` names with its file key. Returns false,
+    /// having sent nothing, if the data file is gone (replaced meanwhile).
+    func readData(_ path: StorePath, header: ObjectHeader, fileKey: SecretBytes, range: Range<UInt64>?,
+                  into sink: (UnsafeRawBufferPointer) throws -> Void) throws -> Bool {
+        do {
+            try header.verifyMAC(fileKey: fileKey)
+        } catch {
+            throw StoreError.integrity(path: path.description, what: "header MAC")
+        }
+        let file: DataFile
+        do {
+            file = try DataFile.openForReading(dataPath(header.objectID), fileSystem: fs)
+        } catch let error as IOError where error.isNotFound {
+            return false
+        }
+        let wanted = range ?? 0..<header.plaintextLength
+        guard wanted.upperBound <= header.plaintextLength else {
+            throw StoreError.invalidPath("range \(wanted.lowerBound)-\(wanted.upperBound) is past the end of \(path) (\(header.plaintextLength) bytes)")
+        }
+        do {
+            let reader = try ObjectReader(header: header, fileKey: fileKey, file: file, workers: options.workers)
+            try reader.read(wanted, into: sink)
+        } catch is CryptoError {
+            throw StoreError.integrity(path: path.description, what: "data")
+        } catch is FormatError {
+            throw StoreError.integrity(path: path.description, what: "data")
+        } catch let error as IOError where error.errno == ENODATA {
+            throw StoreError.integrity(path: path.description, what: "data truncated")
+        }
+        return true
     }
 
     /// Opens an object: the device keeps its file key, so a class B object

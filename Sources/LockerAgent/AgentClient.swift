@@ -210,6 +210,43 @@ public final class AgentClient: KeyService {
         return try call(.unwrap(wrapped)) { r in try WireFormat.readFixedSecret(&r, count: WireFormat.fileKeyBytes) }
     }
 
+    /// One request per ``WireFormat/maxKeysPerRequest`` keys; class B is
+    /// wrapped here, with one fetch of its public key.
+    public func wrap(fileKeys: [SecretBytes], for protectionClass: ProtectionClass) throws -> [WrappedFileKey] {
+        for key in fileKeys { try Self.checkFileKey(key) }
+        if protectionClass == .completeUnlessOpen {
+            guard !fileKeys.isEmpty else { return [] }
+            let key = try classBPublicKey()
+            return try fileKeys.map {
+                WrappedFileKey(protectionClass: .completeUnlessOpen, keyID: key.keyID, keyGeneration: key.keyGeneration,
+                               blob: try FileKeyWrap.wrapAsymmetric($0, classPublicKey: key.publicKey))
+            }
+        }
+        var out: [WrappedFileKey] = []
+        out.reserveCapacity(fileKeys.count)
+        for start in stride(from: 0, to: fileKeys.count, by: WireFormat.maxKeysPerRequest) {
+            let part = Array(fileKeys[start..<min(fileKeys.count, start + WireFormat.maxKeysPerRequest)])
+            out += try call(.wrapMany(fileKeys: part, protectionClass: protectionClass)) { r in
+                try part.map { _ in try Self.readWrapped(&r, expecting: protectionClass) }
+            }
+        }
+        return out
+    }
+
+    /// One request per ``WireFormat/maxKeysPerRequest`` keys.
+    public func unwrap(_ wrapped: [WrappedFileKey]) throws -> [SecretBytes] {
+        for key in wrapped { try Self.checkWrapped(key) }
+        var out: [SecretBytes] = []
+        out.reserveCapacity(wrapped.count)
+        for start in stride(from: 0, to: wrapped.count, by: WireFormat.maxKeysPerRequest) {
+            let part = Array(wrapped[start..<min(wrapped.count, start + WireFormat.maxKeysPerRequest)])
+            out += try call(.unwrapMany(part)) { r in
+                try part.map { _ in try WireFormat.readFixedSecret(&r, count: WireFormat.fileKeyBytes) }
+            }
+        }
+        return out
+    }
+
     public func rewrap(_ wrapped: WrappedFileKey, to newClass: ProtectionClass) throws -> WrappedFileKey {
         try Self.checkWrapped(wrapped)
         return try call(.rewrap(wrapped, newClass: newClass)) { r in try Self.readWrapped(&r, expecting: newClass) }

@@ -71,7 +71,9 @@ final class AgentConnection: @unchecked Sendable {
     /// The reply to one request: OK with its body, or the error.
     private func handle(_ request: AgentRequest) -> [UInt8] {
         do {
-            var w = ByteWriter(capacity: 256)
+            // Room for the largest reply (256 keys), so that no file key is
+            // left behind in a reallocated buffer.
+            var w = ByteWriter(capacity: WireFormat.maxPayloadBytes)
             w.write(WireFormat.ResponseKind.ok.rawValue)
             try perform(request, into: &w)
             return w.bytes
@@ -111,6 +113,14 @@ final class AgentConnection: @unchecked Sendable {
             try core.device().wrap(fileKey: fileKey, for: cls).encode(into: &w)
         case .unwrap(let wrapped):
             try writeFileKey(try core.device().unwrap(wrapped), into: &w)
+        case .wrapMany(let fileKeys, let cls):
+            let device = try core.device()
+            for fileKey in fileKeys { try device.wrap(fileKey: fileKey, for: cls).encode(into: &w) }
+        case .unwrapMany(let wrapped):
+            let device = try core.device()
+            // All or nothing: the first failure is the reply.
+            let keys = try wrapped.map { try device.unwrap($0) }
+            for key in keys { try writeFileKey(key, into: &w) }
         case .rewrap(let wrapped, let newClass):
             try core.device().rewrap(wrapped, to: newClass).encode(into: &w)
         case .open(let objectID, let wrapped):

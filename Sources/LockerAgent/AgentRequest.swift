@@ -16,6 +16,8 @@ enum AgentRequest {
     case classBPublicKey
     case wrap(fileKey: SecretBytes, protectionClass: ProtectionClass)
     case unwrap(WrappedFileKey)
+    case wrapMany(fileKeys: [SecretBytes], protectionClass: ProtectionClass)
+    case unwrapMany([WrappedFileKey])
     case rewrap(WrappedFileKey, newClass: ProtectionClass)
     case open(objectID: String, wrapped: WrappedFileKey)
     case registerOpen(objectID: String, fileKey: SecretBytes, protectionClass: ProtectionClass)
@@ -38,6 +40,8 @@ enum AgentRequest {
         case .classBPublicKey: .classBPublicKey
         case .wrap: .wrap
         case .unwrap: .unwrap
+        case .wrapMany: .wrapMany
+        case .unwrapMany: .unwrapMany
         case .rewrap: .rewrap
         case .open: .open
         case .registerOpen: .registerOpen
@@ -52,7 +56,9 @@ enum AgentRequest {
     /// passcode or a file key. The writer's buffer is sized up front so
     /// that no secret is left behind in a reallocated buffer.
     func encoded() -> [UInt8] {
-        var w = ByteWriter(capacity: 4096)
+        // Room for the largest request, so that no secret is left behind
+        // in a reallocated buffer.
+        var w = ByteWriter(capacity: WireFormat.maxPayloadBytes)
         w.write(opcode.rawValue)
         switch self {
         case .ping, .status, .wipe, .metadataKey, .classBPublicKey, .watch, .reboot:
@@ -74,6 +80,13 @@ enum AgentRequest {
             WireFormat.writeSecret(&w, fileKey, lengthPrefixed: false)
         case .unwrap(let wrapped):
             wrapped.encode(into: &w)
+        case .wrapMany(let fileKeys, let cls):
+            w.write(cls.rawValue)
+            w.write(UInt16(fileKeys.count))
+            for key in fileKeys { WireFormat.writeSecret(&w, key, lengthPrefixed: false) }
+        case .unwrapMany(let wrapped):
+            w.write(UInt16(wrapped.count))
+            for key in wrapped { key.encode(into: &w) }
         case .rewrap(let wrapped, let newClass):
             wrapped.encode(into: &w)
             w.write(newClass.rawValue)
@@ -119,6 +132,15 @@ enum AgentRequest {
             request = .wrap(fileKey: try WireFormat.readFixedSecret(&r, count: WireFormat.fileKeyBytes), protectionClass: cls)
         case .unwrap:
             request = .unwrap(try WireFormat.readWrapped(&r))
+        case .wrapMany:
+            let cls = try WireFormat.readClass(&r)
+            let count = try WireFormat.readKeyCount(&r)
+            request = .wrapMany(fileKeys: try (0..<count).map { _ in
+                try WireFormat.readFixedSecret(&r, count: WireFormat.fileKeyBytes)
+            }, protectionClass: cls)
+        case .unwrapMany:
+            let count = try WireFormat.readKeyCount(&r)
+            request = .unwrapMany(try (0..<count).map { _ in try WireFormat.readWrapped(&r) })
         case .rewrap:
             let wrapped = try WireFormat.readWrapped(&r)
             request = .rewrap(wrapped, newClass: try WireFormat.readClass(&r))
@@ -148,7 +170,7 @@ extension AgentRequest {
     /// a key. Passcode attempts, state changes and opens are never repeated.
     var isSafeToRepeat: Bool {
         switch self {
-        case .ping, .status, .metadataKey, .classBPublicKey, .wrap, .unwrap, .rewrap, .openFileKey: true
+        case .ping, .status, .metadataKey, .classBPublicKey, .wrap, .unwrap, .wrapMany, .unwrapMany, .rewrap, .openFileKey: true
         default: false
         }
     }

@@ -45,7 +45,12 @@ enum WireFormat {
         case close = 0x11
         case watch = 0x12
         case reboot = 0x13
+        case wrapMany = 0x14
+        case unwrapMany = 0x15
     }
+
+    /// The most keys one wrapMany or unwrapMany request carries.
+    static let maxKeysPerRequest = 256
 
     /// Thrown by every decoder on bytes that break the protocol.
     struct Malformed: Error {}
@@ -130,6 +135,14 @@ enum WireFormat {
         } else {
             w.write(UInt8(0))
         }
+    }
+
+    /// A key count of a wrapMany or unwrapMany request: 1 through
+    /// ``maxKeysPerRequest``.
+    static func readKeyCount(_ r: inout ByteReader) throws -> Int {
+        let count = Int(try r.readUInt16())
+        guard (1...maxKeysPerRequest).contains(count) else { throw Malformed() }
+        return count
     }
 
     static func readWrapped(_ r: inout ByteReader) throws -> WrappedFileKey {

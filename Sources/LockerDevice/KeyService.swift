@@ -43,6 +43,23 @@ public protocol KeyService: AnyObject, Sendable {
     func registerOpen(objectID: String, fileKey: SecretBytes, protectionClass: ProtectionClass) throws
     func openFileKey(objectID: String) throws -> SecretBytes
     func close(objectID: String) throws
+
+    /// Wraps several file keys for one class: the same as calling
+    /// ``wrap(fileKey:for:)`` for each, in order, at once.
+    func wrap(fileKeys: [SecretBytes], for protectionClass: ProtectionClass) throws -> [WrappedFileKey]
+    /// Unwraps several keys: the same as ``unwrap(_:)`` for each, in
+    /// order, except that the first failure fails the whole call.
+    func unwrap(_ wrapped: [WrappedFileKey]) throws -> [SecretBytes]
+}
+
+extension KeyService {
+    public func wrap(fileKeys: [SecretBytes], for protectionClass: ProtectionClass) throws -> [WrappedFileKey] {
+        try fileKeys.map { try wrap(fileKey: $0, for: protectionClass) }
+    }
+
+    public func unwrap(_ wrapped: [WrappedFileKey]) throws -> [SecretBytes] {
+        try wrapped.map { try unwrap($0) }
+    }
 }
 
 extension Device: KeyService {}

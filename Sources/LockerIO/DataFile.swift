@@ -130,6 +130,13 @@ public final class SensitiveBuffer: @unchecked Sendable {
         bytes = UnsafeMutableRawBufferPointer(start: base, count: count)
     }
 
+    /// Zeroes the first `count` bytes (all of them by default), in a way
+    /// the compiler cannot drop.
+    public func wipe(upTo count: Int? = nil) {
+        let n = min(count ?? bytes.count, bytes.count)
+        if n > 0 { explicit_bzero(bytes.baseAddress!, n) }
+    }
+
     deinit {
         let base = bytes.baseAddress!
         explicit_bzero(base, size)

@@ -139,6 +139,29 @@ public struct FileSystem: Sendable {
         try chmod(path, mode: mode)
     }
 
+    /// Creates `path` (which must not exist) with `bytes`, without any
+    /// sync: for a batch whose durability comes from one
+    /// ``syncFileSystem(containing:)``. A throw removes what was created.
+    public func writeNewFile(_ path: String, _ bytes: [UInt8], mode: UInt32 = 0o600) throws {
+        let fd = try open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        defer { close(fd) }
+        do {
+            try bytes.withUnsafeBytes { try writeAll(fd, $0, path: path) }
+        } catch {
+            try? unlink(path)
+            throw error
+        }
+    }
+
+    /// Makes everything written to the file system that holds `path`
+    /// durable (syncfs(2)): file data, metadata and directory entries,
+    /// with one journal commit however many files changed.
+    public func syncFileSystem(containing path: String) throws {
+        let fd = try open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer { close(fd) }
+        _ = try retrying("syncfs", path) { Int(syscalls.syncfs(fd)) }
+    }
+
     /// fsyncs a directory, so that a rename or unlink in it is durable.
     public func syncDirectory(_ path: String) throws {
         let fd = try open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)

@@ -1,3 +1,4 @@
+internal import CLockerSupport
 #if canImport(Glibc)
 internal import Glibc
 #endif
@@ -20,6 +21,8 @@ public struct Syscalls: Sendable {
     public var pread: @Sendable (_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer, _ offset: Int64) -> Int
     public var write: @Sendable (_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int
     public var fsync: @Sendable (_ fd: Int32) -> Int32
+    /// syncfs(2): everything written to the file system holding `fd`.
+    public var syncfs: @Sendable (_ fd: Int32) -> Int32
     public var flock: @Sendable (_ fd: Int32, _ operation: Int32) -> Int32
     public var fstat: @Sendable (_ fd: Int32) -> FileStatus?
     public var lstat: @Sendable (_ path: String) -> FileStatus?
@@ -40,6 +43,7 @@ public struct Syscalls: Sendable {
         pread: { Glibc.pread($0, $1.baseAddress, $1.count, off_t($2)) },
         write: { Glibc.write($0, $1.baseAddress, $1.count) },
         fsync: { Glibc.fsync($0) },
+        syncfs: { locker_syncfs($0) },
         flock: { lockFile($0, $1) },
         fstat: { fd in
             var st = stat()

@@ -4,6 +4,7 @@ import Locker
 import LockerAgent
 import LockerDevice
 import LockerFormat
+import LockerIO
 
 extension GlobalOptions {
     /// The store, through this device's agent.
@@ -123,22 +124,76 @@ struct Put: ParsableCommand {
         return try store.put(target, protection: self.class?.value, from: readSource(fd), progress: progress.update)
     }
 
+    /// Files up to this size are stored in batches (one durability
+    /// barrier per batch); larger ones one at a time, with progress.
+    static let batchFileLimit: UInt64 = 4 << 20
+    /// Input bytes per batch, at most.
+    static let batchByteLimit: UInt64 = 32 << 20
+
     func importTree(_ store: Store, from local: String, to target: StorePath) throws -> Int {
-        try store.makeDirectory(target, parents: true)
         var count = 0
-        let names = try FileManager.default.contentsOfDirectory(atPath: local).sorted()
-        for name in names {
-            let localPath = local + "/" + name
-            var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: localPath, isDirectory: &isDirectory) else { continue }
-            if isDirectory.boolValue {
-                count += try importTree(store, from: localPath, to: target.appending(name))
-            } else {
-                _ = try putFile(store, source: localPath, to: target.appending(name))
-                count += 1
+        var pending: [PutBatchItem] = []
+        var pendingBytes: UInt64 = 0
+        func flush() throws {
+            guard !pending.isEmpty else { return }
+            count += try store.putBatch(pending).count
+            pending.removeAll(keepingCapacity: true)
+            pendingBytes = 0
+        }
+        func visit(_ local: String, _ target: StorePath) throws {
+            try store.makeDirectory(target, parents: true)
+            for name in try FileManager.default.contentsOfDirectory(atPath: local).sorted() {
+                let localPath = local + "/" + name
+                var st = stat()
+                // Symbolic links are followed, as before; what vanished is
+                // skipped.
+                guard stat(localPath, &st) == 0 else { continue }
+                if st.st_mode & S_IFMT == S_IFDIR {
+                    try visit(localPath, target.appending(name))
+                } else if UInt64(st.st_size) > Self.batchFileLimit || st.st_mode & S_IFMT != S_IFREG {
+                    try flush()
+                    _ = try putFile(store, source: localPath, to: target.appending(name))
+                    count += 1
+                } else {
+                    let file = LocalFileSource(localPath)
+                    pending.append(PutBatchItem(path: target.appending(name), protection: self.class?.value, source: file.read))
+                    pendingBytes += UInt64(st.st_size)
+                    if pending.count == Store.maxBatchCount || pendingBytes >= Self.batchByteLimit { try flush() }
+                }
             }
         }
+        try visit(local, target)
+        try flush()
         return count
+    }
+}
+
+/// A local file read for a batch: opened on the first read, closed at its
+/// end, so that a batch does not hold every file open at once.
+final class LocalFileSource {
+    private let path: String
+    private var fd: Int32 = -1
+    private var finished = false
+
+    init(_ path: String) { self.path = path }
+
+    deinit { if fd >= 0 { Foundation.close(fd) } }
+
+    func read(_ buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        if finished { return 0 }
+        if fd < 0 {
+            fd = open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else {
+                throw CommandFailure(errno == ENOENT ? .notFound : .failure, "cannot read \(path): \(String(cString: strerror(errno)))")
+            }
+        }
+        let n = try readSource(fd)(buffer)
+        if n == 0 {
+            Foundation.close(fd)
+            fd = -1
+            finished = true
+        }
+        return n
     }
 }
 
@@ -216,25 +271,71 @@ struct Get: ParsableCommand {
         }
     }
 
+    /// Fetches a tree. Objects go out in groups of up to 256 per
+    /// directory: their keys are unwrapped together, each is written to a
+    /// temporary file beside its target, then one sync of the local file
+    /// system makes the group durable before the renames, and a last sync
+    /// makes the renames durable. Every file is whole or absent.
     func exportTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
+        var renamed = false
+        defer { if renamed { syncFileSystem(local) } }
+        return try exportDirectory(store, from: source, to: local, renamed: &renamed)
+    }
+
+    private func exportDirectory(_ store: Store, from source: StorePath, to local: String, renamed: inout Bool) throws -> Int {
         try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
         var count = 0
+        var objects: [StorePath] = []
         for item in try store.list(source) {
             switch item.kind {
             case .directory:
-                count += try exportTree(store, from: item.path, to: local + "/" + item.path.name)
+                count += try exportDirectory(store, from: item.path, to: local + "/" + item.path.name, renamed: &renamed)
             case .object:
-                let target = local + "/" + item.path.name
-                try writeLocalFile(target) { fd in
-                    try store.read(item.path) { try writeAll(fd, $0, path: target) }
-                }
-                count += 1
+                objects.append(item.path)
             case .damaged(let why):
                 throw StoreError.integrity(path: item.path.description, what: why)
             }
         }
+        for start in stride(from: 0, to: objects.count, by: 256) {
+            let group = try store.prepareReads(Array(objects[start..<min(objects.count, start + 256)]))
+            var written: [(temporary: String, target: String)] = []
+            do {
+                for object in group {
+                    let target = local + "/" + object.path.name
+                    let temporary = local + "/.locker-" + UUID().uuidString + ".tmp"
+                    let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+                    guard fd >= 0 else { throw CommandFailure(.failure, "cannot write \(target): \(String(cString: strerror(errno)))") }
+                    written.append((temporary, target))
+                    defer { Foundation.close(fd) }
+                    try store.read(object) { try writeAll(fd, $0, path: target) }
+                }
+                do {
+                    try FileSystem().syncFileSystem(containing: local)
+                } catch {
+                    throw CommandFailure(.failure, "cannot write into \(local): \(error)")
+                }
+                while let (temporary, target) = written.first {
+                    guard rename(temporary, target) == 0 else {
+                        throw CommandFailure(.failure, "cannot write \(target): \(String(cString: strerror(errno)))")
+                    }
+                    written.removeFirst()
+                    renamed = true
+                    count += 1
+                }
+            } catch {
+                for (temporary, _) in written { unlink(temporary) }
+                throw error
+            }
+        }
         return count
     }
+}
+
+/// syncfs(2) on the file system holding `directory`: one journal commit
+/// for every file written into it.
+@discardableResult
+func syncFileSystem(_ directory: String) -> Bool {
+    (try? FileSystem().syncFileSystem(containing: directory)) != nil
 }
 
 /// Writes a local file atomically: a temporary file beside it, fsync,

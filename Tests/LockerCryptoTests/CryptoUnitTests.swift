@@ -21,6 +21,24 @@ struct SecretBytesTests {
         #expect(SecretBytes(copying: []) != SecretBytes(copying: [0]))
     }
 
+    @Test("secrets beyond what the secure heap holds keep their bytes, and the heap is usable again after release")
+    func manySecrets() throws {
+        // 12,000 × 32 bytes and 4 × 100 KiB outgrow the 256 KiB arena, so
+        // both placements are exercised, interleaved.
+        for _ in 0..<2 {
+            var secrets: [(SecretBytes, [UInt8])] = []
+            for i in 0..<12_004 {
+                let size = i % 3_000 == 2_999 ? 100 << 10 : 32
+                let bytes = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ i) }
+                secrets.append((SecretBytes(copying: bytes), bytes))
+            }
+            for (secret, bytes) in secrets {
+                #expect(secret.count == bytes.count)
+                #expect(secret.withUnsafeBytes { Array($0) } == bytes)
+            }
+        }
+    }
+
     @Test("description and debugDescription are redacted")
     func redacted() {
         let bytes: [UInt8] = [0xde, 0xad, 0xbe, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]

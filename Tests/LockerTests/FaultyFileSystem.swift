@@ -149,6 +149,7 @@ final class FaultyFileSystem: Sendable {
             }
         }
         s.fsync = { fd in self.perform("fsync", failed: -1) { real.fsync(fd) } }
+        s.syncfs = { fd in self.perform("syncfs", failed: -1) { real.syncfs(fd) } }
         s.flock = { fd, operation in self.perform("flock", failed: -1) { real.flock(fd, operation) } }
         s.fstat = { fd in self.perform("fstat", failed: nil) { real.fstat(fd) } }
         s.lstat = { path in self.perform("lstat", failed: nil) { real.lstat(path) } }

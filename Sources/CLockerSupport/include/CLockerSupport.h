@@ -8,4 +8,8 @@
 // processes that are not its parent. Returns 0 on success, -1 with errno.
 int locker_set_undumpable(void);
 
+// syncfs(2) is declared only under _GNU_SOURCE, which the Glibc module
+// does not set. Returns 0 on success, -1 with errno.
+int locker_syncfs(int fd);
+
 #endif

@@ -8,10 +8,12 @@ internal import Glibc
 /// Every key in Locker lives in a `SecretBytes`: class keys, file keys,
 /// passcode-derived keys and shared secrets. The contract:
 ///
-/// - The bytes are in a private allocation that is locked into memory where
-///   the `RLIMIT_MEMLOCK` limit allows and excluded from core dumps.
-/// - `deinit` overwrites the whole allocation with `OPENSSL_cleanse` before
-///   releasing it.
+/// - The bytes are in libcrypto's secure heap (one arena per process,
+///   locked into memory and excluded from core dumps), or, when that is
+///   full, in pages of their own, locked where the `RLIMIT_MEMLOCK` limit
+///   allows and excluded from core dumps.
+/// - `deinit` overwrites the whole allocation with `OPENSSL_cleanse`
+///   (`CRYPTO_secure_clear_free` in the arena) before releasing it.
 /// - `==` runs in time that depends only on the lengths (`CRYPTO_memcmp`).
 /// - `description` never shows the bytes.
 /// - The bytes are reachable only inside `withUnsafeBytes`; callers must not
@@ -22,7 +24,7 @@ internal import Glibc
 public final class SecretBytes: @unchecked Sendable {
     private let storage: UnsafeMutableRawBufferPointer
     private let allocationSize: Int
-    private let locked: Bool
+    private let placement: Placement
 
     /// The number of secret bytes.
     public let count: Int
@@ -51,17 +53,7 @@ public final class SecretBytes: @unchecked Sendable {
         initializingWith initializer: (UnsafeMutableRawBufferPointer) throws -> Void
     ) throws {
         precondition(count >= 0, "SecretBytes count must not be negative")
-        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
-        // Whole pages, so that mlock and madvise cover exactly this secret
-        // and nothing else shares its pages.
-        let size = max(page, (count + page - 1) / page * page)
-        var raw: UnsafeMutableRawPointer?
-        guard posix_memalign(&raw, page, size) == 0, let raw else {
-            throw CryptoError.internalFailure
-        }
-        memset(raw, 0, size)
-        let isLocked = mlock(raw, size) == 0
-        _ = madvise(raw, size, MADV_DONTDUMP)
+        let (raw, size, placement) = try Self.allocate(count)
         let buffer = UnsafeMutableRawBufferPointer(start: raw, count: count)
         // Run the initializer before `self` is fully initialized: a class
         // initializer that throws after that point still runs `deinit`,
@@ -69,28 +61,75 @@ public final class SecretBytes: @unchecked Sendable {
         do {
             try initializer(buffer)
         } catch {
-            Self.release(raw, size: size, locked: isLocked)
+            Self.release(raw, size: size, placement: placement)
             throw error
         }
-        locked = isLocked
+        self.placement = placement
         storage = buffer
         allocationSize = size
         self.count = count
     }
 
     deinit {
-        Self.release(storage.baseAddress!, size: allocationSize, locked: locked)
+        Self.release(storage.baseAddress!, size: allocationSize, placement: placement)
     }
 
-    private static func release(_ raw: UnsafeMutableRawPointer, size: Int, locked: Bool) {
-        OPENSSL_cleanse(raw, size)
-        _ = madvise(raw, size, MADV_DODUMP)
-        if locked { _ = munlock(raw, size) }
-        free(raw)
+    /// Where a secret's bytes live.
+    private enum Placement {
+        /// libcrypto's secure heap: one arena, locked and excluded from
+        /// core dumps when it is set up, so a secret costs no system call.
+        case secureHeap
+        /// Whole pages of its own, locked if the limit allows (`locked`)
+        /// and excluded from core dumps: when the secure heap is full.
+        case pages(locked: Bool)
     }
 
-    /// The start of the storage, for libcrypto parameter lists that keep a
-    /// pointer. Valid while `self` is alive.
+    /// Bytes of the secure heap, set up once per process. Enough for every
+    /// secret a process holds at once in normal use (class keys, open
+    /// objects' file keys, the keys of the objects in flight); beyond it,
+    /// secrets get pages of their own.
+    private static let secureHeapBytes = 256 << 10
+    private static let secureHeapReady: Bool = {
+        // 1: ready and locked; 2: ready, but mlock or madvise failed (as
+        // a page secret's mlock may fail under a low RLIMIT_MEMLOCK).
+        let rc = CRYPTO_secure_malloc_init(secureHeapBytes, 16)
+        return rc == 1 || rc == 2
+    }()
+
+    private static func allocate(_ count: Int) throws -> (UnsafeMutableRawPointer, Int, Placement) {
+        let size = max(1, count)
+        if secureHeapReady, let raw = CRYPTO_secure_zalloc(size, nil, 0) {
+            // Full: libcrypto fell back to its ordinary heap. Not for us.
+            if CRYPTO_secure_allocated(raw) == 1 { return (raw, size, .secureHeap) }
+            CRYPTO_clear_free(raw, size, nil, 0)
+        }
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        // Whole pages, so that mlock and madvise cover exactly this secret
+        // and nothing else shares its pages.
+        let pages = max(page, (count + page - 1) / page * page)
+        var raw: UnsafeMutableRawPointer?
+        guard posix_memalign(&raw, page, pages) == 0, let raw else {
+            throw CryptoError.internalFailure
+        }
+        memset(raw, 0, pages)
+        let isLocked = mlock(raw, pages) == 0
+        _ = madvise(raw, pages, MADV_DONTDUMP)
+        return (raw, pages, .pages(locked: isLocked))
+    }
+
+    private static func release(_ raw: UnsafeMutableRawPointer, size: Int, placement: Placement) {
+        switch placement {
+        case .secureHeap:
+            // Cleanses, then returns the bytes to the arena.
+            CRYPTO_secure_clear_free(raw, size, nil, 0)
+        case .pages(let locked):
+            OPENSSL_cleanse(raw, size)
+            _ = madvise(raw, size, MADV_DODUMP)
+            if locked { _ = munlock(raw, size) }
+            free(raw)
+        }
+    }
+
     var unsafeBaseAddress: UnsafeMutableRawPointer { storage.baseAddress! }
 
     /// Calls `body` with the secret bytes. The pointer is valid only for the
