@@ -70,6 +70,33 @@ struct AgentTests {
         #expect(try client.unwrap(wrapped) == fileKey)
     }
 
+    @Test("wrapMany and unwrapMany: many keys in a few requests, all or nothing")
+    func manyKeys() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        // 300 keys: more than one request's 256.
+        let fileKeys = try (0..<300).map { _ in try SecretBytes(randomCount: 32) }
+        for cls in ProtectionClass.allCases {
+            let wrapped = try client.wrap(fileKeys: fileKeys, for: cls)
+            #expect(wrapped.count == fileKeys.count)
+            #expect(wrapped.allSatisfy { $0.protectionClass == cls })
+            // The same as one at a time, in order.
+            #expect(try client.unwrap(wrapped) == fileKeys)
+            #expect(try client.unwrap(wrapped[7]) == fileKeys[7])
+        }
+        let a = try client.wrap(fileKeys: Array(fileKeys.prefix(3)), for: .complete)
+        let c = try client.wrap(fileKeys: Array(fileKeys.prefix(3)), for: .completeUntilFirstUserAuthentication)
+        try client.lock(immediately: true)
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) { try client.unwrap(c + a) }
+        #expect(try client.unwrap(c) == Array(fileKeys.prefix(3)))
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) {
+            try client.wrap(fileKeys: Array(fileKeys.prefix(2)), for: .complete)
+        }
+        #expect(try client.wrap(fileKeys: [], for: .complete).isEmpty)
+    }
+
     @Test("a lock with grace keeps keys until the grace ends")
     func graceThenLocked() throws {
         let fixture = try AgentFixture()
@@ -539,6 +566,31 @@ struct AgentWireFormatTests {
     private static func same(_ a: any Error & Equatable, _ b: any Error) -> Bool {
         func check<E: Error & Equatable>(_ a: E) -> Bool { (b as? E) == a }
         return check(a)
+    }
+
+    @Test("wrapMany and unwrapMany carry 1 to 256 keys")
+    func keyCounts() throws {
+        let key = try SecretBytes(randomCount: 32)
+        for count in [1, 256] {
+            let payload = AgentRequest.wrapMany(fileKeys: Array(repeating: key, count: count), protectionClass: .none).encoded()
+            guard case .wrapMany(let keys, let cls) = try AgentRequest.decode(payload) else {
+                Issue.record("wrong request")
+                return
+            }
+            #expect(keys.count == count && keys.allSatisfy { $0 == key } && cls == .none)
+        }
+        for count in [0, 257] {
+            var w = ByteWriter(capacity: 32 * count + 4)
+            w.write(WireFormat.Opcode.wrapMany.rawValue)
+            w.write(ProtectionClass.none.rawValue)
+            w.write(UInt16(count))
+            for _ in 0..<count { w.write([UInt8](repeating: 1, count: 32)) }
+            #expect(throws: (any Error).self) { try AgentRequest.decode(w.bytes) }
+            var u = ByteWriter(capacity: 3)
+            u.write(WireFormat.Opcode.unwrapMany.rawValue)
+            u.write(UInt16(count))
+            #expect(throws: (any Error).self) { try AgentRequest.decode(u.bytes) }
+        }
     }
 
     @Test("requests decode to what was encoded, and reject trailing bytes")

@@ -24,6 +24,9 @@ private let longName = String(repeating: "long-directory-name-", count: 8)
 private struct StoreOperation {
     let name: String
     var coversOpen = false
+    /// A batch: each object ends old or new on its own, so the namespace
+    /// may mix them.
+    var perObject = false
     let body: (Store) throws -> Void
 }
 
@@ -121,6 +124,22 @@ private func errorKind(_ error: any Error) -> String? {
 
     @Test func putReplacingObject() throws {
         try exercise(StoreOperation(name: "put replace") { try write($0, "/d/obj", bytes(3 * chunk, seed: 4)) })
+    }
+
+    @Test func putBatch() throws {
+        try exercise(StoreOperation(name: "put batch", perObject: true) { store in
+            func item(_ path: String, _ data: [UInt8]) -> PutBatchItem {
+                var offset = 0
+                return PutBatchItem(path: try! StorePath(path)) { buffer in
+                    let n = min(buffer.count, data.count - offset)
+                    buffer.copyBytes(from: data[offset..<(offset + n)])
+                    offset += n
+                    return n
+                }
+            }
+            try store.putBatch([item("/d/new", bytes(2 * chunk, seed: 5)), item("/d/obj", bytes(100, seed: 6)),
+                                item("/e/new", bytes(10, seed: 7))])
+        })
     }
 
     @Test func removeObject() throws {
@@ -246,6 +265,10 @@ private func errorKind(_ error: any Error) -> String? {
             }
             if run.error == nil {
                 if now != after { issue("succeeded, but the namespace is not the new one: \(differences(now, after))") }
+            } else if operation.perObject {
+                for key in Set(now.keys).union(before.keys).union(after.keys) where now[key] != before[key] && now[key] != after[key] {
+                    issue("\(key) is neither old nor new: \(now[key] ?? "absent")")
+                }
             } else if now != before && now != after {
                 issue("neither the old namespace nor the new one: before \(differences(now, before)); after \(differences(now, after))")
             }

@@ -1,0 +1,100 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `put -r` and `get -r` through the real binary: many small files go in
+/// batches, large ones one at a time; classes are inherited as for single
+/// puts; the fetched tree equals the original; nothing temporary is left.
+@Suite("locker put -r and get -r, end to end")
+struct TreeCLITests {
+    /// A local tree: 300 small files in /many (more than two batches), a
+    /// nested directory, an empty one, and one 5 MiB file (stored alone).
+    private func makeTree(_ root: String, version: Int) throws -> [String: Data] {
+        var files: [String: Data] = [:]
+        for i in 0..<300 { files["many/f\(i)"] = sampleBytes("v\(version)-many-\(i)", size: 1 + (i * 131) % 16_000) }
+        for i in 0..<20 { files["secret/deeper/s\(i)"] = sampleBytes("v\(version)-secret-\(i)", size: 100 + i) }
+        files["big.bin"] = pseudoRandomBytes(5 << 20, seed: UInt64(version))
+        files["empty-file"] = Data()
+        for (path, data) in files {
+            let full = root + "/" + path
+            try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            #expect(FileManager.default.createFile(atPath: full, contents: data))
+        }
+        try FileManager.default.createDirectory(atPath: root + "/empty-dir", withIntermediateDirectories: true)
+        return files
+    }
+
+    private func localFiles(_ root: String) -> [String] {
+        (FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String } ?? []).sorted()
+    }
+
+    @Test func treeRoundTripWithBatchesAndInheritance() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.ok(["mkdir", "/t"])
+            try f.ok(["mkdir", "/t/secret", "--class", "A"])
+            let local = f.root + "/tree"
+            let files = try makeTree(local, version: 1)
+
+            let put = try f.ok(["put", "-r", local, "/t"])
+            #expect(put.stdout.contains("Stored \(files.count) objects under /t."), "\(put)")
+            #expect(try f.stat("/t/secret/deeper/s3").protection == "complete")
+            #expect(try f.stat("/t/secret/deeper/s3").protectionSource == "inherited:/t/secret")
+            #expect(try f.stat("/t/many/f7").protection == "completeUntilFirstUserAuthentication")
+            #expect(try f.stat("/t/empty-dir").type == "directory")
+            #expect(f.dataFiles().count == files.count)
+
+            let out = f.root + "/out"
+            let get = try f.ok(["get", "-r", "/t", out])
+            #expect(get.stdout.contains("Fetched \(files.count) objects into \(out)."), "\(get)")
+            for (path, data) in files {
+                #expect(FileManager.default.contents(atPath: out + "/" + path) == data, "\(path)")
+            }
+            #expect(localFiles(out).filter { $0.contains(".locker-") }.isEmpty)
+            #expect(try f.raw(["verify", "--read-data"]).status == 0)
+
+            // Again with new contents: every object replaced, the old data
+            // gone, the explicit class applied to every file.
+            try FileManager.default.removeItem(atPath: local)
+            let second = try makeTree(local, version: 2)
+            try f.ok(["put", "-r", local, "/t", "--class", "D"])
+            #expect(try f.stat("/t/secret/deeper/s3").protection == "none")
+            #expect(f.dataFiles().count == second.count)
+            try FileManager.default.removeItem(atPath: out)
+            try f.ok(["get", "-r", "/t", out])
+            for (path, data) in second {
+                #expect(FileManager.default.contents(atPath: out + "/" + path) == data, "\(path)")
+            }
+            #expect(try f.raw(["verify", "--read-data"]).status == 0)
+        }
+    }
+
+    @Test func treeFetchWhileLockedFailsCleanly() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.ok(["mkdir", "/t"])
+            try f.ok(["mkdir", "/t/secret", "--class", "A"])
+            let local = f.root + "/tree"
+            _ = try makeTree(local, version: 1)
+            try f.ok(["put", "-r", local, "/t"])
+            try f.ok(["lock", "--now"])
+            let out = f.root + "/out"
+            let get = try f.raw(["get", "-r", "/t", out])
+            expectProtectedDataUnavailable(get)
+            // Files already fetched are whole; nothing temporary is left.
+            #expect(localFiles(out).filter { $0.contains(".locker-") }.isEmpty)
+            for path in localFiles(out + "/many") {
+                let i = Int(path.dropFirst())!
+                #expect(FileManager.default.contents(atPath: out + "/many/" + path) == sampleBytes("v1-many-\(i)", size: 1 + (i * 131) % 16_000))
+            }
+            // A put -r of class A files while locked is refused, and
+            // stores nothing.
+            let before = f.dataFiles()
+            let refused = try f.raw(["put", "-r", local + "/secret", "/t/secret2", "--class", "A"])
+            expectProtectedDataUnavailable(refused)
+            #expect(f.dataFiles() == before)
+        }
+    }
+}
