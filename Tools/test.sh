@@ -7,6 +7,8 @@
 # Environment:
 #   LOCKER_CRASH_RUNS     crash-atomicity runs (default: the suite's bounded
 #                         share; the full campaign is 1000)
+#   LOCKER_SOAK_SECONDS   seconds of the 8-process concurrency soak, run on
+#                         its own after the suite (default 60; 0 skips it)
 #   LOCKER_FUZZ_SECONDS   seconds per fuzz target (default 40; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +17,12 @@ bash Tools/setup.sh
 # fails the build if a module imports one it does not declare, which keeps
 # the layering honest.
 swift build --build-tests --explicit-target-dependency-import-check error
-swift test --skip-build --disable-xctest
+env -u LOCKER_SOAK_SECONDS swift test --skip-build --disable-xctest
+soak_seconds="${LOCKER_SOAK_SECONDS:-60}"
+if [ "$soak_seconds" -gt 0 ]; then
+  # Alone, so that its 8 processes are not starved by the suite.
+  LOCKER_SOAK_SECONDS="$soak_seconds" swift test --skip-build --disable-xctest --filter ConcurrencySoakCLITests
+fi
 fuzz_seconds="${LOCKER_FUZZ_SECONDS:-40}"
 if [ "$fuzz_seconds" -gt 0 ]; then
   bash Tools/fuzz/run.sh "$fuzz_seconds"

@@ -53,7 +53,8 @@ struct ConcurrencySoakCLITests {
         }
     }
 
-    // A longer target: it runs when LOCKER_SOAK_SECONDS is set, e.g.
+    // Runs when LOCKER_SOAK_SECONDS is set: Tools/test.sh runs it on its own
+    // after the suite (60 s), or by hand, e.g.
     // `LOCKER_SOAK_SECONDS=60 swift test --filter ConcurrencySoakCLITests`.
     @Test(.enabled(if: ProcessInfo.processInfo.environment["LOCKER_SOAK_SECONDS"] != nil,
                    "set LOCKER_SOAK_SECONDS to run the soak"))

@@ -15,7 +15,7 @@ import Glibc
 //   LOCKER_CRASH_RUNS    number of runs (default 60)
 //   LOCKER_CRASH_SEED    seed of every choice (default random; always printed)
 //   LOCKER_CRASH_OPS     comma-separated operations to run (default all):
-//                        put-new, put-replace, rm, mv, mv-dir, setclass,
+//                        put-new, put-replace, put-tree, rm, mv, mv-dir, setclass,
 //                        passwd, passwd-agent, reset, reset-agent
 //   LOCKER_CRASH_ONLY    run only this run index of the seed's schedule (to
 //                        reproduce a failure: same operation, sizes and kill
@@ -61,6 +61,7 @@ import Glibc
 enum CrashOperation: String, CaseIterable, Sendable {
     case putNew = "put-new"
     case putReplace = "put-replace"
+    case putTree = "put-tree"
     case rm
     case mv
     case mvDirectory = "mv-dir"
@@ -74,6 +75,7 @@ enum CrashOperation: String, CaseIterable, Sendable {
         switch self {
         case .putNew: "put (new path)"
         case .putReplace: "put (replace, new size)"
+        case .putTree: "put -r (batch of 40)"
         case .rm: "rm"
         case .mv: "mv (object)"
         case .mvDirectory: "mv (directory, long names)"
@@ -278,6 +280,8 @@ struct Tally {
     var exitedBeforeKill = 0
     var killedOld = 0
     var killedNew = 0
+    /// A batch killed with some objects old and some new.
+    var killedMixed = 0
     var repaired = 0
     var failures = 0
     var notes: [String: Int] = [:]
@@ -290,6 +294,8 @@ struct Prepared {
     var before: StoreModel
     var after: StoreModel
     var summary: String
+    /// A batch: each object ends old or new on its own.
+    var perObject = false
     /// passwd and reset: the passcode before and the one the operation sets.
     var passcodes: (old: String, new: String)?
     /// Local files to remove after the run.
@@ -415,6 +421,27 @@ final class Campaign {
                 arguments: ["put", local, path, "--class", protection], stdin: nil, before: state.model, after: after,
                 summary: "replace \(path) (\(old.count) bytes, \(state.model[path]!.protection)) with \(data.count) bytes (\(protection))",
                 scratch: [local])
+        case .putTree:
+            // 40 files of 1 byte to 20 KB; after the first run each one
+            // replaces the object of the run before.
+            let directory = state.fixture.scratchPath("tree")
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            let protection: String? = g.next() % 4 == 0 ? nil : randomClass()
+            var after = state.model
+            for i in 0..<40 {
+                let data = bytes(1 + Int(g.next() % 20_000), &g)
+                guard FileManager.default.createFile(atPath: directory + "/f\(i)", contents: data) else {
+                    throw HarnessError("cannot write \(directory)/f\(i)")
+                }
+                after["/t/tree/f\(i)"] = Entry(protection: protection ?? storeDefaultClass, content: .bytes(data))
+            }
+            var prepared = Prepared(
+                arguments: ["put", "-r", directory, "/t/tree"] + (protection.map { ["--class", $0] } ?? []), stdin: nil,
+                before: state.model, after: after,
+                summary: "put -r of 40 files (\(protection ?? "default class")) into /t/tree",
+                scratch: (0..<40).map { directory + "/f\($0)" } + [directory])
+            prepared.perObject = true
+            return prepared
         case .rm:
             let path = "/t/rm.bin"
             if state.model[path] == nil { try store(state, path, bytes(randomSize(), &g), randomClass()) }
@@ -504,7 +531,7 @@ final class Campaign {
     /// Verifies (repairing garbage if needed) and matches the store against
     /// the allowed states. Returns the matching label and what repair
     /// removed.
-    func checkStore(_ state: CrashState, allowed: [(String, StoreModel)]) throws -> (String, [String]) {
+    func checkStore(_ state: CrashState, allowed: [(String, StoreModel)], perObject: Bool = false) throws -> (String, [String]) {
         let first = try state.fixture.raw(["verify", "--read-data", "--json"])
         var removed: [String] = []
         var damaged: [[String: String]] = []
@@ -537,6 +564,11 @@ final class Campaign {
         let observed = try observe(state)
         for (label, model) in allowed where differences(expected: model, observed: observed).isEmpty {
             return (label, removed)
+        }
+        if perObject, allowed.count == 2 {
+            let (old, new) = (allowed[0].1, allowed[1].1)
+            let keys = Set(old.keys).union(new.keys).union(observed.keys)
+            if keys.allSatisfy({ observed[$0] == old[$0] || observed[$0] == new[$0] }) { return ("mixed", removed) }
         }
         var message = "the store matches neither allowed state"
         for (label, model) in allowed {
@@ -591,7 +623,8 @@ final class Campaign {
         var g = SplitMix64(seed: runSeed(index))
         try ensureBystanders(state)
         var prepared = try prepare(op, state, &g, index: index)
-        defer { for path in prepared.scratch { unlink(path) } }
+        // remove(3): files, and the directory of put-tree last.
+        defer { for path in prepared.scratch { remove(path) } }
         var target = KillTarget.command
         if op.killsAgent {
             _ = try status(state)
@@ -668,9 +701,11 @@ final class Campaign {
                 notes.append("device temporaries left: \(left.sorted().joined(separator: ", "))")
             }
         } else {
-            (label, removed) = try checkStore(state, allowed: [("old", prepared.before), ("new", prepared.after)])
+            (label, removed) = try checkStore(state, allowed: [("old", prepared.before), ("new", prepared.after)],
+                                              perObject: prepared.perObject)
             switch label {
             case "new": state.model = prepared.after
+            case "mixed": state.model = try observe(state)
             default: state.model = prepared.before
             }
             if op == .putNew, label == "old", prepared.summary.contains("creating"),
@@ -739,6 +774,8 @@ final class Campaign {
                     tally.killedOld += 1
                 } else if result.label == "new" {
                     tally.killedNew += 1
+                } else if result.label == "mixed" {
+                    tally.killedMixed += 1
                 }
                 if !result.repaired.isEmpty { tally.repaired += 1 }
                 for note in result.notes {
@@ -763,21 +800,22 @@ final class Campaign {
     /// The summary, as a Markdown table.
     func table() -> String {
         var lines = [
-            "| operation | runs | typical duration | ended before kill | killed → old | killed → new | repair needed | failures |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|",
+            "| operation | runs | typical duration | ended before kill | killed → old | killed → new | killed → mixed | repair needed | failures |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
         ]
         var total = Tally()
         for op in CrashOperation.allCases {
             guard let t = tallies[op] else { continue }
-            lines.append("| \(op.title) | \(t.runs) | \(String(format: "%.0f ms", (durations[op.timing] ?? 0) * 1000)) | \(t.exitedBeforeKill) | \(t.killedOld) | \(t.killedNew) | \(t.repaired) | \(t.failures) |")
+            lines.append("| \(op.title) | \(t.runs) | \(String(format: "%.0f ms", (durations[op.timing] ?? 0) * 1000)) | \(t.exitedBeforeKill) | \(t.killedOld) | \(t.killedNew) | \(t.killedMixed) | \(t.repaired) | \(t.failures) |")
             total.runs += t.runs
             total.exitedBeforeKill += t.exitedBeforeKill
             total.killedOld += t.killedOld
             total.killedNew += t.killedNew
+            total.killedMixed += t.killedMixed
             total.repaired += t.repaired
             total.failures += t.failures
         }
-        lines.append("| **total** | \(total.runs) | | \(total.exitedBeforeKill) | \(total.killedOld) | \(total.killedNew) | \(total.repaired) | \(total.failures) |")
+        lines.append("| **total** | \(total.runs) | | \(total.exitedBeforeKill) | \(total.killedOld) | \(total.killedNew) | \(total.killedMixed) | \(total.repaired) | \(total.failures) |")
         var notes: [String] = []
         for op in CrashOperation.allCases {
             for (note, count) in tallies[op]?.notes.sorted(by: { $0.key < $1.key }) ?? [] {
