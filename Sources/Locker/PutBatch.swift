@@ -13,6 +13,8 @@ public struct PutBatchItem {
     /// The class; nil inherits, as ``Store/put(_:protection:from:progress:)``.
     public var protection: ProtectionClass?
     /// Fills the buffer it is given and returns the count, 0 at the end.
+    /// The sources of one batch may be read at the same time, each from
+    /// one thread at a time.
     public var source: (UnsafeMutableRawBufferPointer) throws -> Int
 
     public init(path: StorePath, protection: ProtectionClass? = nil,
@@ -24,6 +26,17 @@ public struct PutBatchItem {
 }
 
 extension Store {
+    /// Runs `body` for each of `count` objects: on all cores when the store
+    /// has more than one worker, else in order (which keeps the sequence of
+    /// system calls fixed, as fault injection needs).
+    func forEachObject(_ count: Int, _ body: (Int) throws -> Void) throws {
+        if options.workers > 1 {
+            try parallelFor(count, body)
+        } else {
+            for i in 0..<count { try body(i) }
+        }
+    }
+
     /// The most objects one batch holds open (each holds its data file
     /// open and locked until its header commits).
     public static let maxBatchCount = 128
@@ -98,40 +111,52 @@ extension Store {
             for (i, key) in zip(indices, keysForClass) { wrapped[i] = key }
         }
 
-        // Data files and new headers, none synced yet.
-        var files: [(path: String, file: DataFile)] = []
-        var temporaries: [String] = []
-        var headers: [ObjectHeader] = []
+        // Data files and new headers, none synced yet, several objects at
+        // once: a small object is one chunk, sealed on one core, so the
+        // cores share the objects instead.
+        var files = [(path: String, file: DataFile)?](repeating: nil, count: items.count)
+        var temporaries = [String?](repeating: nil, count: items.count)
+        var headers = [ObjectHeader?](repeating: nil, count: items.count)
         func discard(from first: Int) {
-            for temporary in temporaries.dropFirst(first) { try? fs.remove(temporary, syncDirectory: false) }
-            for (path, file) in files.dropFirst(first) {
+            for temporary in temporaries.dropFirst(first).compactMap({ $0 }) { try? fs.remove(temporary, syncDirectory: false) }
+            for (path, file) in files.dropFirst(first).compactMap({ $0 }) {
                 file.close()
                 try? fs.remove(path, syncDirectory: false)
             }
         }
         do {
-            for (i, item) in items.enumerated() {
-                let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
-                let dataPath = dataPath(objectID)
-                let file = try DataFile.create(dataPath, fileSystem: fs)
-                files.append((dataPath, file))
-                // Until its header commits, the data file is referenced by
-                // nothing; the lock tells a verifier it is not garbage yet.
-                try file.holdWriteLock()
-                let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKeys[i]), chunkSize: options.chunkSize,
-                                              workers: options.workers)
-                let result = try writer.write(from: item.source, to: file, progress: nil, sync: false)
-                let now = Self.now()
-                var header = ObjectHeader(
-                    parentID: targets[i].parent.record.directoryID, name: item.path.name, protectionSource: targets[i].source,
-                    wrappedKey: wrapped[i]!, objectID: objectID, chunkSize: options.chunkSize,
-                    plaintextLength: result.plaintextLength, dataLength: result.dataLength, created: now, modified: now,
-                    headerMAC: [])
-                header.headerMAC = try header.computeMAC(fileKey: fileKeys[i])
-                let temporary = targets[i].fsPath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-                try fs.writeNewFile(temporary, header.sealed(with: metadata))
-                temporaries.append(temporary)
-                headers.append(header)
+            try files.withUnsafeMutableBufferPointer { fileSlots in
+                try temporaries.withUnsafeMutableBufferPointer { temporarySlots in
+                    try headers.withUnsafeMutableBufferPointer { headerSlots in
+                        // Each iteration writes only its own slots.
+                        let slots = Unchecked((fileSlots, temporarySlots, headerSlots))
+                        try forEachObject(items.count) { i in
+                            let (fileSlots, temporarySlots, headerSlots) = slots.value
+                            let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
+                            let dataPath = dataPath(objectID)
+                            let file = try DataFile.create(dataPath, fileSystem: fs)
+                            fileSlots[i] = (dataPath, file)
+                            // Until its header commits, the data file is
+                            // referenced by nothing; the lock tells a
+                            // verifier it is not garbage yet.
+                            try file.holdWriteLock()
+                            let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKeys[i]),
+                                                          chunkSize: options.chunkSize, workers: options.workers)
+                            let result = try writer.write(from: items[i].source, to: file, progress: nil, sync: false)
+                            let now = Self.now()
+                            var header = ObjectHeader(
+                                parentID: targets[i].parent.record.directoryID, name: items[i].path.name,
+                                protectionSource: targets[i].source, wrappedKey: wrapped[i]!, objectID: objectID,
+                                chunkSize: options.chunkSize, plaintextLength: result.plaintextLength,
+                                dataLength: result.dataLength, created: now, modified: now, headerMAC: [])
+                            header.headerMAC = try header.computeMAC(fileKey: fileKeys[i])
+                            let temporary = targets[i].fsPath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+                            try fs.writeNewFile(temporary, header.sealed(with: metadata))
+                            temporarySlots[i] = temporary
+                            headerSlots[i] = header
+                        }
+                    }
+                }
             }
             try fs.syncFileSystem(containing: dataDirectory)
         } catch {
@@ -155,24 +180,24 @@ extension Store {
                     }
                 case .missing: break
                 }
-                try fs.rename(temporaries[i], to: target.fsPath)
+                try fs.rename(temporaries[i]!, to: target.fsPath)
                 committed += 1
             }
             try fs.syncFileSystem(containing: dataDirectory)
         } catch {
             discard(from: committed)
-            for (_, file) in files.prefix(committed) { file.close() }
+            for (_, file) in files.prefix(committed).compactMap({ $0 }) { file.close() }
             // What was committed stays; make it durable if the disk lets.
             try? fs.syncFileSystem(containing: dataDirectory)
             throw error
         }
-        for (_, file) in files { file.close() }
+        for (_, file) in files.compactMap({ $0 }) { file.close() }
         // The new names are durable: the replaced data can go.
         for old in replaced { try? fs.remove(dataPath(old.objectID), syncDirectory: false) }
 
         let status = try keys.status()
         return try items.indices.map { i in
-            try objectInfo(items[i].path, header: headers[i], headerPath: targets[i].fsPath, status: status)
+            try objectInfo(items[i].path, header: headers[i]!, headerPath: targets[i].fsPath, status: status)
         }
     }
 }

@@ -282,6 +282,38 @@ struct Get: ParsableCommand {
         return try exportDirectory(store, from: source, to: local, renamed: &renamed)
     }
 
+    /// Writes each object of `group` to a new temporary file in `local`,
+    /// several at once. Each result holds the temporary file (if one was
+    /// created) and the error, if any.
+    private func fetchGroup(_ store: Store, _ group: [PreparedRead], into local: String)
+        -> [(written: (temporary: String, target: String)?, error: (any Error)?)] {
+        final class Results: @unchecked Sendable {
+            // Each iteration writes only its own slot.
+            var slots: [(written: (temporary: String, target: String)?, error: (any Error)?)]
+            init(_ count: Int) { slots = Array(repeating: (nil, nil), count: count) }
+        }
+        let results = Results(group.count)
+        let shared = UncheckedStore(store: store, group: group)
+        DispatchQueue.concurrentPerform(iterations: group.count) { i in
+            let object = shared.group[i]
+            let target = local + "/" + object.path.name
+            let temporary = local + "/.locker-" + UUID().uuidString + ".tmp"
+            let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            guard fd >= 0 else {
+                results.slots[i].error = CommandFailure(.failure, "cannot write \(target): \(String(cString: strerror(errno)))")
+                return
+            }
+            results.slots[i].written = (temporary, target)
+            defer { Foundation.close(fd) }
+            do {
+                try shared.store.read(object) { try writeAll(fd, $0, path: target) }
+            } catch {
+                results.slots[i].error = error
+            }
+        }
+        return results.slots
+    }
+
     private func exportDirectory(_ store: Store, from source: StorePath, to local: String, renamed: inout Bool) throws -> Int {
         try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
         var count = 0
@@ -300,15 +332,10 @@ struct Get: ParsableCommand {
             let group = try store.prepareReads(Array(objects[start..<min(objects.count, start + 256)]))
             var written: [(temporary: String, target: String)] = []
             do {
-                for object in group {
-                    let target = local + "/" + object.path.name
-                    let temporary = local + "/.locker-" + UUID().uuidString + ".tmp"
-                    let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-                    guard fd >= 0 else { throw CommandFailure(.failure, "cannot write \(target): \(String(cString: strerror(errno)))") }
-                    written.append((temporary, target))
-                    defer { Foundation.close(fd) }
-                    try store.read(object) { try writeAll(fd, $0, path: target) }
-                }
+                // Both cores: a small object is one chunk, decrypted on one.
+                let results = fetchGroup(store, group, into: local)
+                written = results.compactMap { $0.written }
+                if let failure = results.lazy.compactMap({ $0.error }).first { throw failure }
                 do {
                     try FileSystem().syncFileSystem(containing: local)
                 } catch {
@@ -329,6 +356,14 @@ struct Get: ParsableCommand {
         }
         return count
     }
+}
+
+/// A store and the objects of a group, read from several threads: `Store`
+/// is safe to use from several threads, and each thread reads its own
+/// objects.
+struct UncheckedStore: @unchecked Sendable {
+    let store: Store
+    let group: [PreparedRead]
 }
 
 /// syncfs(2) on the file system holding `directory`: one journal commit

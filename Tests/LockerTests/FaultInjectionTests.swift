@@ -53,7 +53,9 @@ private final class StoreBench {
     }
 
     static func options(_ fileSystem: FileSystem = .init()) -> Store.Options {
-        Store.Options(chunkSize: UInt32(chunk), fileSystem: fileSystem)
+        // One worker: a batch then stores its objects in order, so the
+        // calls are the same from run to run.
+        Store.Options(chunkSize: UInt32(chunk), workers: 1, fileSystem: fileSystem)
     }
 
     func cleanUp() {
