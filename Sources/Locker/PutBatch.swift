@@ -37,9 +37,10 @@ extension Store {
         }
     }
 
-    /// The most objects one batch holds open (each holds its data file
-    /// open and locked until its header commits).
-    public static let maxBatchCount = 128
+    /// The most objects one batch holds: each holds its data file open
+    /// and locked until its header commits, so a batch needs that many
+    /// descriptors beside the caller's.
+    public static let maxBatchCount = 512
 
     /// Stores several objects, each exactly as ``put(_:protection:from:progress:)``
     /// would, but with the durability of the whole batch bought at once:

@@ -128,9 +128,28 @@ struct Put: ParsableCommand {
     /// barrier per batch); larger ones one at a time, with progress.
     static let batchFileLimit: UInt64 = 4 << 20
     /// Input bytes per batch, at most.
-    static let batchByteLimit: UInt64 = 32 << 20
+    static let batchByteLimit: UInt64 = 64 << 20
+
+    /// Objects per batch: up to ``Store/maxBatchCount``, as far as the
+    /// descriptor limit allows (a batch holds one per object). The soft
+    /// limit is raised towards the hard one first, as many tools do.
+    static func batchCount() -> Int {
+        var limit = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        guard getrlimit(resource, &limit) == 0 else { return 64 }
+        let wanted = rlim_t(Store.maxBatchCount + 256)
+        if limit.rlim_cur < wanted {
+            var raised = limit
+            raised.rlim_cur = min(limit.rlim_max, wanted)
+            if setrlimit(resource, &raised) == 0 { limit = raised }
+        }
+        // Leave room for the walk, the agent's socket and the source file.
+        let room = Int(min(limit.rlim_cur, rlim_t(Int32.max))) - 128
+        return max(1, min(Store.maxBatchCount, room))
+    }
 
     func importTree(_ store: Store, from local: String, to target: StorePath) throws -> Int {
+        let batchCount = Self.batchCount()
         var count = 0
         var pending: [PutBatchItem] = []
         var pendingBytes: UInt64 = 0
@@ -158,7 +177,7 @@ struct Put: ParsableCommand {
                     let file = LocalFileSource(localPath)
                     pending.append(PutBatchItem(path: target.appending(name), protection: self.class?.value, source: file.read))
                     pendingBytes += UInt64(st.st_size)
-                    if pending.count == Store.maxBatchCount || pendingBytes >= Self.batchByteLimit { try flush() }
+                    if pending.count == batchCount || pendingBytes >= Self.batchByteLimit { try flush() }
                 }
             }
         }
@@ -271,15 +290,47 @@ struct Get: ParsableCommand {
         }
     }
 
-    /// Fetches a tree. Objects go out in groups of up to 256 per
-    /// directory: their keys are unwrapped together, each is written to a
-    /// temporary file beside its target, then one sync of the local file
-    /// system makes the group durable before the renames, and a last sync
-    /// makes the renames durable. Every file is whole or absent.
+    /// Fetches a tree. Objects are read in groups of up to 256 per
+    /// directory, their keys unwrapped together, and each is written to a
+    /// temporary file beside its target; once 4,096 are waiting (and at
+    /// the end), one sync of each file system written to makes them
+    /// durable before they are renamed into place, and a last sync makes
+    /// the renames durable. Every file is whole or absent.
     func exportTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
-        var renamed = false
-        defer { if renamed { syncFileSystem(local) } }
-        return try exportDirectory(store, from: source, to: local, renamed: &renamed)
+        var export = TreeExport()
+        do {
+            try exportDirectory(store, from: source, to: local, &export)
+            try export.commit()
+        } catch {
+            export.discard()
+            throw error
+        }
+        export.syncRenames()
+        return export.count
+    }
+
+    private func exportDirectory(_ store: Store, from source: StorePath, to local: String, _ export: inout TreeExport) throws {
+        try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
+        export.noteDirectory(local)
+        var objects: [StorePath] = []
+        for item in try store.list(source) {
+            switch item.kind {
+            case .directory:
+                try exportDirectory(store, from: item.path, to: local + "/" + item.path.name, &export)
+            case .object:
+                objects.append(item.path)
+            case .damaged(let why):
+                throw StoreError.integrity(path: item.path.description, what: why)
+            }
+        }
+        for start in stride(from: 0, to: objects.count, by: 256) {
+            let group = try store.prepareReads(Array(objects[start..<min(objects.count, start + 256)]))
+            // Both cores: a small object is one chunk, decrypted on one.
+            let results = fetchGroup(store, group, into: local)
+            export.waiting += results.compactMap { $0.written }
+            if let failure = results.lazy.compactMap({ $0.error }).first { throw failure }
+            if export.waiting.count >= 4096 { try export.commit() }
+        }
     }
 
     /// Writes each object of `group` to a new temporary file in `local`,
@@ -314,47 +365,54 @@ struct Get: ParsableCommand {
         return results.slots
     }
 
-    private func exportDirectory(_ store: Store, from source: StorePath, to local: String, renamed: inout Bool) throws -> Int {
-        try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
-        var count = 0
-        var objects: [StorePath] = []
-        for item in try store.list(source) {
-            switch item.kind {
-            case .directory:
-                count += try exportDirectory(store, from: item.path, to: local + "/" + item.path.name, renamed: &renamed)
-            case .object:
-                objects.append(item.path)
-            case .damaged(let why):
-                throw StoreError.integrity(path: item.path.description, what: why)
-            }
-        }
-        for start in stride(from: 0, to: objects.count, by: 256) {
-            let group = try store.prepareReads(Array(objects[start..<min(objects.count, start + 256)]))
-            var written: [(temporary: String, target: String)] = []
+}
+
+/// The files of a `get -r` written but not yet renamed into place, and
+/// the file systems written to.
+struct TreeExport {
+    var waiting: [(temporary: String, target: String)] = []
+    var count = 0
+    /// One directory per file system written to (by device number).
+    private var fileSystems: [UInt64: String] = [:]
+    private var renamed = false
+
+    mutating func noteDirectory(_ path: String) {
+        var st = stat()
+        if stat(path, &st) == 0, fileSystems[UInt64(st.st_dev)] == nil { fileSystems[UInt64(st.st_dev)] = path }
+    }
+
+    /// Syncs, then renames every waiting file into place.
+    mutating func commit() throws {
+        guard !waiting.isEmpty else { return }
+        for directory in fileSystems.values {
             do {
-                // Both cores: a small object is one chunk, decrypted on one.
-                let results = fetchGroup(store, group, into: local)
-                written = results.compactMap { $0.written }
-                if let failure = results.lazy.compactMap({ $0.error }).first { throw failure }
-                do {
-                    try FileSystem().syncFileSystem(containing: local)
-                } catch {
-                    throw CommandFailure(.failure, "cannot write into \(local): \(error)")
-                }
-                while let (temporary, target) = written.first {
-                    guard rename(temporary, target) == 0 else {
-                        throw CommandFailure(.failure, "cannot write \(target): \(String(cString: strerror(errno)))")
-                    }
-                    written.removeFirst()
-                    renamed = true
-                    count += 1
-                }
+                try FileSystem().syncFileSystem(containing: directory)
             } catch {
-                for (temporary, _) in written { unlink(temporary) }
-                throw error
+                throw CommandFailure(.failure, "cannot write into \(directory): \(error)")
             }
         }
-        return count
+        for (i, (temporary, target)) in waiting.enumerated() {
+            guard rename(temporary, target) == 0 else {
+                let message = "cannot write \(target): \(String(cString: strerror(errno)))"
+                waiting.removeFirst(i)
+                throw CommandFailure(.failure, message)
+            }
+            renamed = true
+            count += 1
+        }
+        waiting.removeAll()
+    }
+
+    /// Removes the files not renamed into place.
+    mutating func discard() {
+        for (temporary, _) in waiting { unlink(temporary) }
+        waiting.removeAll()
+    }
+
+    /// Makes the renames durable (best effort: each file is already whole).
+    func syncRenames() {
+        guard renamed else { return }
+        for directory in fileSystems.values { syncFileSystem(directory) }
     }
 }
 
