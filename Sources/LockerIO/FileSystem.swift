@@ -22,7 +22,9 @@ public struct FileSystem: Sendable {
         let fd = try open(path, O_RDONLY | O_CLOEXEC)
         defer { close(fd) }
         var out: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 64 << 10)
+        // No bigger than the limit needs: it is zero-filled on every call,
+        // and headers and records are read with an 8 KiB limit.
+        var buffer = [UInt8](repeating: 0, count: limit < 64 << 10 ? max(1, limit + 1) : 64 << 10)
         while true {
             let n = try buffer.withUnsafeMutableBytes { try read(fd, into: $0, path: path) }
             if n == 0 { break }
