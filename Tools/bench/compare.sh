@@ -88,7 +88,6 @@ L="$(cd "$(dirname "$locker_bin")" && pwd)/$(basename "$locker_bin")"
 
 work="$(mktemp -d /tmp/locker-compare.XXXXXX)"
 chmod 700 "$work"
-mounts=()
 cleanup() {
   set +e
   for m in $(awk -v w="$work" 'index($2, w) == 1 {print $2}' /proc/mounts); do
