@@ -3,6 +3,18 @@ internal import LockerDevice
 internal import LockerFormat
 internal import Foundation
 
+/// What ``Store/listForFetch(_:)`` found in a directory.
+public struct FetchListing {
+    public let directories: [StorePath]
+    public let objects: [FetchEntry]
+}
+
+/// An object whose header was read and checked, listed for fetching.
+public struct FetchEntry {
+    public let path: StorePath
+    let header: ObjectHeader
+}
+
 /// An object whose header was read and whose file key was unwrapped by
 /// ``Store/prepareReads(_:)``, ready for ``Store/read(_:into:)``.
 public struct PreparedRead {
@@ -38,6 +50,18 @@ extension Store {
             case .object: headers.append(try readHeader(fsPath, name: path.name, in: parent, path: path))
             }
         }
+        return try prepare(zip(paths, headers).map { FetchEntry(path: $0, header: $1) })
+    }
+
+    /// Unwraps the file keys of entries listed by ``listForFetch(_:)``
+    /// together, as ``prepareReads(_:)`` does, without reading their
+    /// headers again.
+    public func prepareReads(_ entries: [FetchEntry]) throws -> [PreparedRead] {
+        try prepare(entries)
+    }
+
+    private func prepare(_ entries: [FetchEntry]) throws -> [PreparedRead] {
+        let headers = entries.map(\.header)
         let fileKeys: [SecretBytes]
         do {
             fileKeys = try keys.unwrap(headers.map(\.wrappedKey))
@@ -48,7 +72,31 @@ extension Store {
             fileKeys = try headers.map { try fileKey(for: $0) }
         }
         guard fileKeys.count == headers.count else { throw DeviceError.integrity("file key count") }
-        return paths.indices.map { PreparedRead(path: paths[$0], header: headers[$0], fileKey: fileKeys[$0]) }
+        return entries.indices.map { PreparedRead(path: entries[$0].path, header: headers[$0], fileKey: fileKeys[$0]) }
+    }
+
+    /// A directory's entries for fetching it whole, in one pass: its
+    /// subdirectories, and its objects with their headers read and
+    /// checked. A damaged entry throws ``StoreError/integrity(path:what:)``.
+    public func listForFetch(_ path: StorePath) throws -> FetchListing {
+        let directory = try self.directory(at: path)
+        var directories: [StorePath] = []
+        var objects: [FetchEntry] = []
+        for fileName in try fs.contentsOfDirectory(directory.fsPath) where fileName != ".dir" && !Self.isTemporary(fileName) {
+            let fsPath = directory.fsPath + "/" + fileName
+            let isDirectory = try kind(of: fsPath) == .directory
+            guard let name = entryName(fileName, at: fsPath, isDirectory: isDirectory, in: directory) else {
+                throw StoreError.integrity(path: path.appending("?" + fileName).description, what: "name does not authenticate")
+            }
+            let itemPath = path.appending(name)
+            if isDirectory {
+                directories.append(itemPath)
+            } else {
+                objects.append(FetchEntry(path: itemPath, header: try readHeader(fsPath, name: name, in: directory, path: itemPath)))
+            }
+        }
+        return FetchListing(directories: directories.sorted { $0.description < $1.description },
+                            objects: objects.sorted { $0.path.description < $1.path.description })
     }
 
     /// Reads a prepared object whole into `sink`, as ``read(_:range:into:)``

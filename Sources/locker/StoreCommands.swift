@@ -312,17 +312,12 @@ struct Get: ParsableCommand {
     private func exportDirectory(_ store: Store, from source: StorePath, to local: String, _ export: inout TreeExport) throws {
         try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
         export.noteDirectory(local)
-        var objects: [StorePath] = []
-        for item in try store.list(source) {
-            switch item.kind {
-            case .directory:
-                try exportDirectory(store, from: item.path, to: local + "/" + item.path.name, &export)
-            case .object:
-                objects.append(item.path)
-            case .damaged(let why):
-                throw StoreError.integrity(path: item.path.description, what: why)
-            }
+        // One pass over the directory: each header is read once.
+        let listing = try store.listForFetch(source)
+        for directory in listing.directories {
+            try exportDirectory(store, from: directory, to: local + "/" + directory.name, &export)
         }
+        let objects = listing.objects
         for start in stride(from: 0, to: objects.count, by: 256) {
             let group = try store.prepareReads(Array(objects[start..<min(objects.count, start + 256)]))
             // Both cores: a small object is one chunk, decrypted on one.
