@@ -74,32 +74,14 @@ extension Store {
         for item in items {
             guard !item.path.isRoot else { throw StoreError.isADirectory("/") }
             let parentPath = item.path.parent
-            let chain: [Directory]
-            if let known = chains[parentPath] {
-                chain = known
-            } else {
-                do {
-                    chain = try directoryChain(to: parentPath)
-                } catch StoreError.notFound {
-                    try makeDirectory(parentPath, parents: true)
-                    chain = try directoryChain(to: parentPath)
-                }
-                chains[parentPath] = chain
-            }
+            let chain = try chains[parentPath] ?? chainCreatingMissing(to: parentPath)
+            chains[parentPath] = chain
             let parent = chain.last!
             let fsPath = try entryPath(item.path.name, in: parent)
             if try kind(of: fsPath) == .directory { throw StoreError.isADirectory(item.path.description) }
-            if let cls = item.protection {
-                targets.append(Target(parent: parent, fsPath: fsPath, protection: cls, source: .explicit))
-            } else if let directory = chain.last(where: { $0.record.defaultClass != nil }) {
-                targets.append(Target(parent: parent, fsPath: fsPath, protection: directory.record.defaultClass!,
-                                      source: .inherited(directory.storePath.description)))
-            } else {
-                if storeDefault == nil {
-                    storeDefault = ProtectionClass(name: try keys.status().defaultClass) ?? .completeUntilFirstUserAuthentication
-                }
-                targets.append(Target(parent: parent, fsPath: fsPath, protection: storeDefault!, source: .storeDefault))
-            }
+            let (cls, source): (ProtectionClass, ProtectionSource) = try item.protection.map { ($0, .explicit) }
+                ?? inheritedClass(for: item.path, chain: chain, storeDefault: &storeDefault)
+            targets.append(Target(parent: parent, fsPath: fsPath, protection: cls, source: source))
         }
 
         // Keys: one wrap request per class.

@@ -26,41 +26,11 @@ public struct PreparedRead {
 }
 
 extension Store {
-    /// Reads the headers of `paths` and unwraps their file keys together
-    /// (one request to the agent per 256 keys), for fetching many objects.
-    /// Throws what ``read(_:range:into:)`` would throw for the first path
-    /// that cannot be read now.
-    public func prepareReads(_ paths: [StorePath]) throws -> [PreparedRead] {
-        var parents: [StorePath: Directory] = [:]
-        var headers: [ObjectHeader] = []
-        headers.reserveCapacity(paths.count)
-        for path in paths {
-            guard !path.isRoot else { throw StoreError.isADirectory("/") }
-            let parent: Directory
-            if let known = parents[path.parent] {
-                parent = known
-            } else {
-                parent = try directory(at: path.parent)
-                parents[path.parent] = parent
-            }
-            let fsPath = try entryPath(path.name, in: parent)
-            switch try kind(of: fsPath) {
-            case .missing: throw StoreError.notFound(path.description)
-            case .directory: throw StoreError.isADirectory(path.description)
-            case .object: headers.append(try readHeader(fsPath, name: path.name, in: parent, path: path))
-            }
-        }
-        return try prepare(zip(paths, headers).map { FetchEntry(path: $0, header: $1) })
-    }
-
     /// Unwraps the file keys of entries listed by ``listForFetch(_:)``
-    /// together, as ``prepareReads(_:)`` does, without reading their
-    /// headers again.
+    /// together (one request to the agent per 256 keys). Throws what
+    /// ``read(_:range:into:)`` would throw for the first entry that cannot
+    /// be read now.
     public func prepareReads(_ entries: [FetchEntry]) throws -> [PreparedRead] {
-        try prepare(entries)
-    }
-
-    private func prepare(_ entries: [FetchEntry]) throws -> [PreparedRead] {
         let headers = entries.map(\.header)
         let fileKeys: [SecretBytes]
         do {
@@ -79,20 +49,17 @@ extension Store {
     /// subdirectories, and its objects with their headers read and
     /// checked. A damaged entry throws ``StoreError/integrity(path:what:)``.
     public func listForFetch(_ path: StorePath) throws -> FetchListing {
-        let directory = try self.directory(at: path)
         var directories: [StorePath] = []
         var objects: [FetchEntry] = []
-        for fileName in try fs.contentsOfDirectory(directory.fsPath) where fileName != ".dir" && !Self.isTemporary(fileName) {
-            let fsPath = directory.fsPath + "/" + fileName
-            let isDirectory = try kind(of: fsPath) == .directory
-            guard let name = entryName(fileName, at: fsPath, isDirectory: isDirectory, in: directory) else {
-                throw StoreError.integrity(path: path.appending("?" + fileName).description, what: "name does not authenticate")
+        try forEachEntry(of: path) { itemPath, fsPath, isDirectory, directory in
+            guard let itemPath else {
+                throw StoreError.integrity(path: path.appending("?" + (fsPath as NSString).lastPathComponent).description,
+                                           what: "name does not authenticate")
             }
-            let itemPath = path.appending(name)
             if isDirectory {
                 directories.append(itemPath)
             } else {
-                objects.append(FetchEntry(path: itemPath, header: try readHeader(fsPath, name: name, in: directory, path: itemPath)))
+                objects.append(FetchEntry(path: itemPath, header: try readHeader(fsPath, name: itemPath.name, in: directory, path: itemPath)))
             }
         }
         return FetchListing(directories: directories.sorted { $0.description < $1.description },

@@ -77,8 +77,8 @@ public final class Store: @unchecked Sendable {
         }
     }
 
-    /// Takes the store-wide lock; it is held until the result is released.
-    /// Takes the store lock for a change, first finishing an object move
+    /// Takes the store lock for a change (held until the result is
+    /// released), first finishing an object move
     /// a crash interrupted (see ``settleInterruptedMove()``).
     func lockStore() throws -> StoreLock {
         let lock = try StoreLock(path: lockPath, fileSystem: fs)
@@ -201,6 +201,16 @@ public final class Store: @unchecked Sendable {
         return chain
     }
 
+    /// ``directoryChain(to:)``, creating the directories that are missing.
+    func chainCreatingMissing(to path: StorePath) throws -> [Directory] {
+        do {
+            return try directoryChain(to: path)
+        } catch StoreError.notFound {
+            try makeDirectory(path, parents: true)
+            return try directoryChain(to: path)
+        }
+    }
+
     /// Reads and checks the header of the object `name` in `directory`.
     func readHeader(_ fsPath: String, name: String, in directory: Directory, path: StorePath) throws -> ObjectHeader {
         let bytes: [UInt8]
@@ -242,11 +252,22 @@ public final class Store: @unchecked Sendable {
     }
 
     /// The class a new object at `path` gets, and where it came from.
-    func inheritedClass(for path: StorePath, chain: [Directory]) throws -> (ProtectionClass, ProtectionSource) {
+    /// The store default is asked of the device only when no directory in
+    /// `chain` has a default, and only once per `storeDefault` cache.
+    func inheritedClass(for path: StorePath, chain: [Directory],
+                        storeDefault: inout ProtectionClass?) throws -> (ProtectionClass, ProtectionSource) {
         for directory in chain.reversed() {
             if let cls = directory.record.defaultClass { return (cls, .inherited(directory.storePath.description)) }
         }
-        return (ProtectionClass(name: try keys.status().defaultClass) ?? .completeUntilFirstUserAuthentication, .storeDefault)
+        if storeDefault == nil {
+            storeDefault = ProtectionClass(name: try keys.status().defaultClass) ?? .completeUntilFirstUserAuthentication
+        }
+        return (storeDefault!, .storeDefault)
+    }
+
+    func inheritedClass(for path: StorePath, chain: [Directory]) throws -> (ProtectionClass, ProtectionSource) {
+        var storeDefault: ProtectionClass?
+        return try inheritedClass(for: path, chain: chain, storeDefault: &storeDefault)
     }
 
     // MARK: Directories
@@ -469,13 +490,7 @@ public final class Store: @unchecked Sendable {
                     from source: (UnsafeMutableRawBufferPointer) throws -> Int,
                     progress: ((UInt64) -> Void)? = nil) throws -> ObjectInfo {
         guard !path.isRoot else { throw StoreError.isADirectory("/") }
-        let chain: [Directory]
-        do {
-            chain = try directoryChain(to: path.parent)
-        } catch StoreError.notFound {
-            try makeDirectory(path.parent, parents: true)
-            chain = try directoryChain(to: path.parent)
-        }
+        let chain = try chainCreatingMissing(to: path.parent)
         let parent = chain.last!
         let fsPath = try entryPath(path.name, in: parent)
         if try kind(of: fsPath) == .directory { throw StoreError.isADirectory(path.description) }
@@ -632,21 +647,32 @@ public final class Store: @unchecked Sendable {
         }
     }
 
-    /// The entries of a directory, sorted by name.
-    public func list(_ path: StorePath) throws -> [ItemInfo] {
+    /// Calls `body` for each entry of the directory at `path` (temporaries
+    /// and the record left out) with its store path (nil if its name does
+    /// not authenticate), its file path, whether it is a directory, and
+    /// the resolved directory it is in.
+    func forEachEntry(of path: StorePath,
+                      _ body: (StorePath?, _ fsPath: String, _ isDirectory: Bool, Directory) throws -> Void) throws {
         let directory = try self.directory(at: path)
-        var items: [ItemInfo] = []
-        // One status for the whole listing, not one per object.
-        var status: DeviceStatus?
         for fileName in try fs.contentsOfDirectory(directory.fsPath) where fileName != ".dir" && !Self.isTemporary(fileName) {
             let fsPath = directory.fsPath + "/" + fileName
             let isDirectory = try kind(of: fsPath) == .directory
             let name = entryName(fileName, at: fsPath, isDirectory: isDirectory, in: directory)
-            guard let name else {
+            try body(name.map { path.appending($0) }, fsPath, isDirectory, directory)
+        }
+    }
+
+    /// The entries of a directory, sorted by name.
+    public func list(_ path: StorePath) throws -> [ItemInfo] {
+        var items: [ItemInfo] = []
+        // One status for the whole listing, not one per object.
+        var status: DeviceStatus?
+        try forEachEntry(of: path) { itemPath, fsPath, isDirectory, directory in
+            guard let itemPath else {
+                let fileName = (fsPath as NSString).lastPathComponent
                 items.append(ItemInfo(path: path.appending("?" + fileName), kind: .damaged("name does not authenticate")))
-                continue
+                return
             }
-            let itemPath = path.appending(name)
             if isDirectory {
                 do {
                     items.append(ItemInfo(path: itemPath, kind: .directory(try directoryInfo(itemPath))))
@@ -655,7 +681,7 @@ public final class Store: @unchecked Sendable {
                 }
             } else {
                 do {
-                    let header = try readHeader(fsPath, name: name, in: directory, path: itemPath)
+                    let header = try readHeader(fsPath, name: itemPath.name, in: directory, path: itemPath)
                     if status == nil { status = try keys.status() }
                     items.append(ItemInfo(path: itemPath, kind: .object(try objectInfo(itemPath, header: header, headerPath: fsPath, status: status))))
                 } catch {
