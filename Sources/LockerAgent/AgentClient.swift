@@ -194,12 +194,8 @@ public final class AgentClient: KeyService {
     /// private key is never needed to create a class B object.
     public func wrap(fileKey: SecretBytes, for protectionClass: ProtectionClass) throws -> WrappedFileKey {
         try Self.checkFileKey(fileKey)
-        if protectionClass == .completeUnlessOpen {
-            let key = try classBPublicKey()
-            let blob = try FileKeyWrap.wrapAsymmetric(fileKey, classPublicKey: key.publicKey)
-            return WrappedFileKey(protectionClass: .completeUnlessOpen, keyID: key.keyID,
-                                  keyGeneration: key.keyGeneration, blob: blob)
-        }
+        // Class B is wrapped here, without the agent's private key.
+        if protectionClass == .completeUnlessOpen { return try wrap(fileKeys: [fileKey], for: protectionClass)[0] }
         return try call(.wrap(fileKey: fileKey, protectionClass: protectionClass)) { r in
             try Self.readWrapped(&r, expecting: protectionClass)
         }
