@@ -333,31 +333,31 @@ struct Get: ParsableCommand {
     /// created) and the error, if any.
     private func fetchGroup(_ store: Store, _ group: [PreparedRead], into local: String)
         -> [(written: (temporary: String, target: String)?, error: (any Error)?)] {
-        final class Results: @unchecked Sendable {
-            // Each iteration writes only its own slot.
-            var slots: [(written: (temporary: String, target: String)?, error: (any Error)?)]
-            init(_ count: Int) { slots = Array(repeating: (nil, nil), count: count) }
-        }
-        let results = Results(group.count)
-        let shared = UncheckedStore(store: store, group: group)
+        typealias Result = (written: (temporary: String, target: String)?, error: (any Error)?)
+        // Each iteration writes only its own slot of a buffer allocated up
+        // front (not an array, whose elements threads may not write at once).
+        let slots = UnsafeMutableBufferPointer<Result>.allocate(capacity: group.count)
+        slots.initialize(repeating: (nil, nil))
+        defer { slots.deinitialize().deallocate() }
+        let shared = UncheckedStore(store: store, group: group, slots: slots)
         DispatchQueue.concurrentPerform(iterations: group.count) { i in
             let object = shared.group[i]
             let target = local + "/" + object.path.name
             let temporary = local + "/.locker-" + UUID().uuidString + ".tmp"
             let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             guard fd >= 0 else {
-                results.slots[i].error = CommandFailure(.failure, "cannot write \(target): \(String(cString: strerror(errno)))")
+                shared.slots[i].error = CommandFailure(.failure, "cannot write \(target): \(String(cString: strerror(errno)))")
                 return
             }
-            results.slots[i].written = (temporary, target)
+            shared.slots[i].written = (temporary, target)
             defer { Foundation.close(fd) }
             do {
                 try shared.store.read(object) { try writeAll(fd, $0, path: target) }
             } catch {
-                results.slots[i].error = error
+                shared.slots[i].error = error
             }
         }
-        return results.slots
+        return Array(slots)
     }
 
 }
@@ -411,12 +411,13 @@ struct TreeExport {
     }
 }
 
-/// A store and the objects of a group, read from several threads: `Store`
-/// is safe to use from several threads, and each thread reads its own
-/// objects.
+/// A store, the objects of a group and their result slots, used from
+/// several threads: `Store` is safe to use from several threads, and each
+/// thread reads its own objects and writes its own slot.
 struct UncheckedStore: @unchecked Sendable {
     let store: Store
     let group: [PreparedRead]
+    let slots: UnsafeMutableBufferPointer<(written: (temporary: String, target: String)?, error: (any Error)?)>
 }
 
 /// syncfs(2) on the file system holding `directory`: one journal commit
