@@ -17,6 +17,7 @@ import argparse
 import base64
 import hashlib
 import hmac
+import io
 import os
 import stat
 import struct
@@ -251,7 +252,9 @@ class Store:
         self.nonce_key = hkdf(m, b"locker v1 metadata", b"name nonce")
 
     def open_record(self, path, magic, what):
-        data = read_limited(path, 8192, what)
+        return self.open_record_bytes(read_limited(path, 8192, what), magic, what)
+
+    def open_record_bytes(self, data, magic, what):
         if data[:8] != magic + b"\x00\x01\x00\x00" or len(data) < 36:
             raise Refused(f"{what}: bad magic, version, reserved field or length")
         return Reader(gcm_open(self.record_key, data[8:20], data[20:], data[:8], what), what)
@@ -267,8 +270,24 @@ class Store:
         return directory_id, name, default
 
     def header(self, fs_path, what):
-        r = self.open_record(fs_path, b"LKOH", f"header of {what}")
-        h = {"parent": r.take(16), "name": r.string(1024)}
+        """An object header file: `LKOH` (data in data/<object ID>) or
+        `LKOI` (the record, then the data inline)."""
+        data = read_limited(fs_path, 8192 + 56 * 1024, f"header of {what}")
+        inline = None
+        if data[:4] == b"LKOI":
+            record_length = int.from_bytes(data[6:8], "big") if len(data) >= 8 else 0
+            if data[4:6] != b"\x00\x01" or not 36 <= record_length <= min(len(data), 8192):
+                raise Refused(f"header of {what}: bad version or record length")
+            inline = data[record_length:]
+            if len(inline) > 56 * 1024:
+                raise Refused(f"header of {what}: inline data too long")
+            data = data[:record_length]
+            r = Reader(gcm_open(self.record_key, data[8:20], data[20:], data[:8], f"header of {what}"), f"header of {what}")
+        else:
+            if len(data) > 8192:
+                raise Refused(f"header of {what}: too long")
+            r = self.open_record_bytes(data, b"LKOH", f"header of {what}")
+        h = {"parent": r.take(16), "name": r.string(1024), "inline": inline}
         if r.int(1) > 2:
             raise Refused(f"header of {what}: bad protection source")
         r.string(8192)  # source directory path
@@ -290,6 +309,8 @@ class Store:
         if (h["chunk_size"] not in CHUNK_SIZES or compression != 1 or h["length"] > 1 << 48
                 or not low <= h["data_length"] <= h["length"] + low):
             raise Refused(f"header of {what}: chunk size, compression or lengths out of bounds")
+        if inline is not None and len(inline) != h["data_length"]:
+            raise Refused(f"header of {what}: inline data length differs from the header's")
         return h
 
     def file_name(self, parent_id, name):
@@ -392,8 +413,9 @@ def decrypt(store, header, out):
         except InvalidTag:
             raise Refused(f"{what} does not authenticate") from None
 
-    with open(os.path.join(store.dir, "data", h["object_id"].hex()), "rb") as f:
-        if os.fstat(f.fileno()).st_size != h["data_length"]:
+    inline = h["inline"]
+    with (io.BytesIO(inline) if inline is not None else open(os.path.join(store.dir, "data", h["object_id"].hex()), "rb")) as f:
+        if inline is None and os.fstat(f.fileno()).st_size != h["data_length"]:
             raise Refused("data file length differs from the header's")
         index_at = h["data_length"] - (4 * n + 16)
         f.seek(index_at)

@@ -110,6 +110,23 @@ final class ObjectWriter {
     /// durable (a batch, with one sync of the file system).
     func write(from source: (UnsafeMutableRawBufferPointer) throws -> Int, to file: DataFile,
                progress: ((UInt64) -> Void)?, sync: Bool = true) throws -> Result {
+        try write(from: source, inlineLimit: 0, file: { file }, progress: progress, sync: sync).result
+    }
+
+    /// Streams `source` as ``write(from:to:progress:sync:)`` does, but
+    /// keeps the data in memory, and creates no file, when the whole
+    /// object's data takes at most `inlineLimit` bytes; otherwise it calls
+    /// `makeFile` once, before the first write, and returns that file too.
+    func write(from source: (UnsafeMutableRawBufferPointer) throws -> Int, inlineLimit: Int,
+               file makeFile: () throws -> DataFile, progress: ((UInt64) -> Void)?,
+               sync: Bool = true) throws -> (result: Result, inlineData: [UInt8]?, file: DataFile?) {
+        var created: DataFile?
+        func file() throws -> DataFile {
+            if let created { return created }
+            let file = try makeFile()
+            created = file
+            return file
+        }
         var total: UInt64 = 0
         var dataLength: UInt64 = 0
         var chunkIndex: UInt64 = 0
@@ -125,7 +142,7 @@ final class ObjectWriter {
         // On every exit, a thrown error included: no queued write may
         // outlive the buffers it reads.
         defer { pending.forEach { $0.wait() } }
-        let writeState = WriteState(file: file)
+        var writeState: WriteState?
         let recordLengths = UnsafeMutableBufferPointer<Int>.allocate(capacity: batch)
         recordLengths.initialize(repeating: 0)
         defer { recordLengths.deallocate() }
@@ -160,7 +177,7 @@ final class ObjectWriter {
             }
             // Wait until the write that last used this record set is done.
             pending[set].wait()
-            if let error = writeState.error { throw error }
+            if let error = writeState?.error { throw error }
             let targets = records[set]
             let base = chunkIndex
             try parallelFor(chunksHere) { i in
@@ -178,15 +195,28 @@ final class ObjectWriter {
             let job = WriteJob(records: (0..<chunksHere).map { UnsafeRawBufferPointer(rebasing: targets[$0].bytes[..<recordLengths[$0]]) })
             if atEnd && writes == nil {
                 // The whole object in one batch: nothing to overlap with.
-                writeState.write(job)
+                let index = try sealers[0].sealIndex(lengths)
+                if dataLength + UInt64(index.count) <= UInt64(inlineLimit) {
+                    var data = [UInt8]()
+                    data.reserveCapacity(Int(dataLength) + index.count)
+                    for record in job.records { data.append(contentsOf: record) }
+                    data.append(contentsOf: index)
+                    progress?(total + UInt64(filled))
+                    return (Result(plaintextLength: total + UInt64(filled), dataLength: UInt64(data.count)), data, nil)
+                }
+                let state = WriteState(file: try file())
+                writeState = state
+                state.write(job)
             } else {
+                if writeState == nil { writeState = WriteState(file: try file()) }
+                let state = writeState!
                 let queue = writes ?? DispatchQueue(label: "locker.object-writer")
                 writes = queue
                 let group = pending[set]
                 group.enter()
                 queue.async {
                     defer { group.leave() }
-                    writeState.write(job)
+                    state.write(job)
                 }
             }
             set ^= 1
@@ -196,12 +226,38 @@ final class ObjectWriter {
             finished = atEnd
         }
         pending.forEach { $0.wait() }
-        if let error = writeState.error { throw error }
+        if let error = writeState?.error { throw error }
+        let file = try file()
         let index = try sealers[0].sealIndex(lengths)
         try index.withUnsafeBytes { try file.write($0) }
         dataLength += UInt64(index.count)
         if sync { try file.sync() }
-        return Result(plaintextLength: total, dataLength: dataLength)
+        return (Result(plaintextLength: total, dataLength: dataLength), nil, file)
+    }
+}
+
+/// Where an object's data is read from: its data file, or the bytes
+/// inline in its header file.
+protocol ChunkSource {
+    func size() throws -> UInt64
+    /// Reads exactly `buffer.count` bytes at `offset`; a source that ends
+    /// first throws ``IOError`` with ENODATA.
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) throws
+}
+
+extension DataFile: ChunkSource {}
+
+/// An object's data held in memory (read with its header).
+struct InlineChunks: ChunkSource {
+    let bytes: [UInt8]
+
+    func size() throws -> UInt64 { UInt64(bytes.count) }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) throws {
+        guard offset <= UInt64(bytes.count), UInt64(buffer.count) <= UInt64(bytes.count) - offset else {
+            throw IOError("read", path: "inline data", errno: ENODATA)
+        }
+        bytes.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[Int(offset)..<(Int(offset) + buffer.count)])) }
     }
 }
 
@@ -236,13 +292,13 @@ final class WriteState: @unchecked Sendable {
 /// failure; nothing unauthenticated reaches the sink.
 final class ObjectReader {
     private let header: ObjectHeader
-    private let file: DataFile
+    private let file: any ChunkSource
     private let openers: [ChunkOpener]
     private let batch: Int
     private var offsets: [UInt64] = []
     private var lengths: [UInt32] = []
 
-    init(header: ObjectHeader, fileKey: SecretBytes, file: DataFile, workers: Int) throws {
+    init(header: ObjectHeader, fileKey: SecretBytes, file: any ChunkSource, workers: Int) throws {
         self.header = header
         self.file = file
         let batch = max(2, workers * 2)

@@ -117,21 +117,26 @@ extension Store {
                             let (fileSlots, temporarySlots, headerSlots) = slots.value
                             let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
                             let dataPath = dataPath(objectID)
-                            let file = try DataFile.create(dataPath, fileSystem: fs)
-                            fileSlots[i] = (dataPath, file)
-                            // Until its header commits, the data file is
-                            // referenced by nothing; the lock tells a
-                            // verifier it is not garbage yet.
-                            try file.holdWriteLock()
                             let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKeys[i]),
                                                           chunkSize: options.chunkSize, workers: options.workers)
-                            let result = try writer.write(from: items[i].source, to: file, progress: nil, sync: false)
+                            // A small object's data goes into its header
+                            // file, and no data file is created.
+                            let written = try writer.write(from: items[i].source, inlineLimit: ObjectHeader.maxInlineDataLength, file: {
+                                let file = try DataFile.create(dataPath, fileSystem: fs)
+                                fileSlots[i] = (dataPath, file)
+                                // Until its header commits, the data file
+                                // is referenced by nothing; the lock tells
+                                // a verifier it is not garbage yet.
+                                try file.holdWriteLock()
+                                return file
+                            }, progress: nil, sync: false)
                             let now = Self.now()
                             var header = ObjectHeader(
                                 parentID: targets[i].parent.record.directoryID, name: items[i].path.name,
                                 protectionSource: targets[i].source, wrappedKey: wrapped[i]!, objectID: objectID,
-                                chunkSize: options.chunkSize, plaintextLength: result.plaintextLength,
-                                dataLength: result.dataLength, created: now, modified: now, headerMAC: [])
+                                chunkSize: options.chunkSize, plaintextLength: written.result.plaintextLength,
+                                dataLength: written.result.dataLength, created: now, modified: now, headerMAC: [],
+                                inlineData: written.inlineData)
                             header.headerMAC = try header.computeMAC(fileKey: fileKeys[i])
                             let temporary = targets[i].fsPath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
                             try fs.writeNewFile(temporary, header.sealed(with: metadata))
@@ -148,7 +153,7 @@ extension Store {
         }
 
         // The commit: each rename puts one new version in place.
-        var replaced: [ObjectHeader] = []
+        var replaced: [[UInt8]] = []
         var committed = 0
         do {
             let lock = try lockStore()
@@ -158,8 +163,10 @@ extension Store {
                 switch try kind(of: target.fsPath) {
                 case .directory: throw StoreError.isADirectory(item.path.description)
                 case .object:
-                    if let old = try? readHeader(target.fsPath, name: item.path.name, in: target.parent, path: item.path) {
-                        replaced.append(old)
+                    // Only a replaced data file needs removing afterwards.
+                    if let old = try? readHeader(target.fsPath, name: item.path.name, in: target.parent, path: item.path),
+                       old.inlineData == nil {
+                        replaced.append(old.objectID)
                     }
                 case .missing: break
                 }
@@ -176,7 +183,7 @@ extension Store {
         }
         for (_, file) in files.compactMap({ $0 }) { file.close() }
         // The new names are durable: the replaced data can go.
-        for old in replaced { try? fs.remove(dataPath(old.objectID), syncDirectory: false) }
+        for objectID in replaced { try? fs.remove(dataPath(objectID), syncDirectory: false) }
 
         let status = try keys.status()
         return try items.indices.map { i in

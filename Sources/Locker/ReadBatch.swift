@@ -13,6 +13,11 @@ public struct FetchListing {
 public struct FetchEntry {
     public let path: StorePath
     let header: ObjectHeader
+    let fsPath: String
+    let directory: Store.Directory
+    /// The header's inline data was not kept (the listing's budget was
+    /// spent): the read reads the header file again.
+    let inlineDropped: Bool
 }
 
 /// An object whose header was read and whose file key was unwrapped by
@@ -21,7 +26,8 @@ public struct PreparedRead {
     public let path: StorePath
     /// The plaintext size.
     public var size: UInt64 { header.plaintextLength }
-    let header: ObjectHeader
+    let entry: FetchEntry
+    var header: ObjectHeader { entry.header }
     let fileKey: SecretBytes
 }
 
@@ -42,7 +48,7 @@ extension Store {
             fileKeys = try headers.map { try fileKey(for: $0) }
         }
         guard fileKeys.count == headers.count else { throw DeviceError.integrity("file key count") }
-        return entries.indices.map { PreparedRead(path: entries[$0].path, header: headers[$0], fileKey: fileKeys[$0]) }
+        return entries.indices.map { PreparedRead(path: entries[$0].path, entry: entries[$0], fileKey: fileKeys[$0]) }
     }
 
     /// A directory's entries for fetching it whole, in one pass: its
@@ -51,6 +57,9 @@ extension Store {
     public func listForFetch(_ path: StorePath) throws -> FetchListing {
         var directories: [StorePath] = []
         var objects: [FetchEntry] = []
+        // Small objects' data comes with their headers; a listing keeps at
+        // most this much of it, so a huge directory does not fill memory.
+        var inlineBudget = Self.fetchInlineBudget
         try forEachEntry(of: path) { itemPath, fsPath, isDirectory, directory in
             guard let itemPath else {
                 throw StoreError.integrity(path: path.appending("?" + (fsPath as NSString).lastPathComponent).description,
@@ -59,7 +68,17 @@ extension Store {
             if isDirectory {
                 directories.append(itemPath)
             } else {
-                objects.append(FetchEntry(path: itemPath, header: try readHeader(fsPath, name: itemPath.name, in: directory, path: itemPath)))
+                var header = try readHeader(fsPath, name: itemPath.name, in: directory, path: itemPath)
+                var dropped = false
+                if let inline = header.inlineData {
+                    if inline.count <= inlineBudget {
+                        inlineBudget -= inline.count
+                    } else {
+                        header.inlineData = []
+                        dropped = true
+                    }
+                }
+                objects.append(FetchEntry(path: itemPath, header: header, fsPath: fsPath, directory: directory, inlineDropped: dropped))
             }
         }
         return FetchListing(directories: directories.sorted { $0.description < $1.description },
@@ -70,7 +89,18 @@ extension Store {
     /// does (and through it, should the object have been replaced since
     /// it was prepared).
     public func read(_ prepared: PreparedRead, into sink: (UnsafeRawBufferPointer) throws -> Void) throws {
-        if try readData(prepared.path, header: prepared.header, fileKey: prepared.fileKey, range: nil, into: sink) { return }
+        var header = prepared.header
+        if prepared.entry.inlineDropped {
+            let entry = prepared.entry
+            guard let again = try? readHeader(entry.fsPath, name: prepared.path.name, in: entry.directory, path: prepared.path),
+                  again.objectID == header.objectID
+            else { return try read(prepared.path, into: sink) }
+            header = again
+        }
+        if try readData(prepared.path, header: header, fileKey: prepared.fileKey, range: nil, into: sink) { return }
         try read(prepared.path, into: sink)
     }
+
+    /// The inline data one ``listForFetch(_:)`` keeps.
+    static let fetchInlineBudget = 16 << 20
 }

@@ -98,7 +98,7 @@ public final class Store: @unchecked Sendable {
     /// old one was removed.
     func moveLeftBothNames(_ intent: MoveIntent) -> Bool {
         func names(_ relative: String) -> Bool {
-            guard let bytes = try? fs.readFile(path + "/" + relative, limit: 8 << 10),
+            guard let bytes = try? fs.readFile(path + "/" + relative, limit: ObjectHeader.maxFileLength),
                   let header = try? ObjectHeader.open(bytes, with: metadata) else { return false }
             return header.objectID == intent.objectID
         }
@@ -215,7 +215,7 @@ public final class Store: @unchecked Sendable {
     func readHeader(_ fsPath: String, name: String, in directory: Directory, path: StorePath) throws -> ObjectHeader {
         let bytes: [UInt8]
         do {
-            bytes = try fs.readFile(fsPath, limit: 8 << 10)
+            bytes = try fs.readFile(fsPath, limit: ObjectHeader.maxFileLength)
         } catch let error as IOError where error.isNotFound {
             throw StoreError.notFound(path.description)
         } catch let error as IOError where error.errno == EFBIG {
@@ -379,7 +379,7 @@ public final class Store: @unchecked Sendable {
             guard try kind(of: fsPath) == .object else { throw StoreError.notFound(path.description) }
             let header = try? readHeader(fsPath, name: path.name, in: parent, path: path)
             try fs.remove(fsPath)
-            if let header { try fs.remove(dataPath(header.objectID)) }
+            if let header, header.inlineData == nil { try fs.remove(dataPath(header.objectID)) }
         case .directory:
             let names = try fs.contentsOfDirectory(fsPath).filter { $0 != ".dir" && !$0.hasPrefix(".tmp-") }
             if !names.isEmpty {
@@ -501,23 +501,30 @@ public final class Store: @unchecked Sendable {
         let wrapped = try keys.wrap(fileKey: fileKey, for: cls)
         let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
         let dataPath = dataPath(objectID)
-        let file = try DataFile.create(dataPath, fileSystem: fs)
+        var file: DataFile?
         var header: ObjectHeader
         var replaced: ObjectHeader?
         do {
-            // Until the header commits, the data file is referenced by
-            // nothing; the lock tells a verifier it is not garbage yet.
-            try file.holdWriteLock()
             let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKey), chunkSize: options.chunkSize,
                                           workers: options.workers)
-            let result = try writer.write(from: source, to: file, progress: progress)
-            try fs.syncDirectory(dataDirectory)
+            // A small object's data goes into its header file: no data
+            // file is created for it.
+            let written = try writer.write(from: source, inlineLimit: ObjectHeader.maxInlineDataLength, file: {
+                let created = try DataFile.create(dataPath, fileSystem: fs)
+                file = created
+                // Until the header commits, the data file is referenced by
+                // nothing; the lock tells a verifier it is not garbage yet.
+                try created.holdWriteLock()
+                return created
+            }, progress: progress)
+            if file != nil { try fs.syncDirectory(dataDirectory) }
 
             let now = Self.now()
             header = ObjectHeader(
                 parentID: parent.record.directoryID, name: path.name, protectionSource: source0, wrappedKey: wrapped,
-                objectID: objectID, chunkSize: options.chunkSize, plaintextLength: result.plaintextLength,
-                dataLength: result.dataLength, created: now, modified: now, headerMAC: [])
+                objectID: objectID, chunkSize: options.chunkSize, plaintextLength: written.result.plaintextLength,
+                dataLength: written.result.dataLength, created: now, modified: now, headerMAC: [],
+                inlineData: written.inlineData)
             header.headerMAC = try header.computeMAC(fileKey: fileKey)
 
             let lock = try lockStore()
@@ -530,16 +537,18 @@ public final class Store: @unchecked Sendable {
             // The commit: if this throws, nothing has changed.
             try fs.writeFileAtomically(fsPath, header.sealed(with: metadata), syncDirectory: false)
         } catch {
-            file.close()
-            try? fs.remove(dataPath, syncDirectory: false)
+            if let file {
+                file.close()
+                try? fs.remove(dataPath, syncDirectory: false)
+            }
             throw error
         }
-        file.close()
+        file?.close()
         // The new version is in place. Its name is made durable before the
         // old data goes, so that no crash leaves the old header without
         // its data; if that fails, the old data stays, as garbage.
         try fs.syncDirectory(parent.fsPath)
-        if let replaced { try? fs.remove(self.dataPath(replaced.objectID)) }
+        if let replaced, replaced.inlineData == nil { try? fs.remove(self.dataPath(replaced.objectID)) }
         return try objectInfo(path, header: header, headerPath: fsPath)
     }
 
@@ -581,11 +590,15 @@ public final class Store: @unchecked Sendable {
         } catch {
             throw StoreError.integrity(path: path.description, what: "header MAC")
         }
-        let file: DataFile
-        do {
-            file = try DataFile.openForReading(dataPath(header.objectID), fileSystem: fs)
-        } catch let error as IOError where error.isNotFound {
-            return false
+        let file: any ChunkSource
+        if let inline = header.inlineData {
+            file = InlineChunks(bytes: inline)
+        } else {
+            do {
+                file = try DataFile.openForReading(dataPath(header.objectID), fileSystem: fs)
+            } catch let error as IOError where error.isNotFound {
+                return false
+            }
         }
         let wanted = range ?? 0..<header.plaintextLength
         guard wanted.upperBound <= header.plaintextLength else {
@@ -638,7 +651,7 @@ public final class Store: @unchecked Sendable {
         var candidates: [String] = []
         if isDirectory {
             candidates = (try? readDirectoryRecord(fsPath, path: directory.storePath))?.names ?? []
-        } else if let bytes = try? fs.readFile(fsPath, limit: 8 << 10),
+        } else if let bytes = try? fs.readFile(fsPath, limit: ObjectHeader.maxFileLength),
                   let header = try? ObjectHeader.open(bytes, with: metadata) {
             candidates = [header.name]
         }
@@ -745,11 +758,13 @@ public final class Store: @unchecked Sendable {
         } else if !accessible {
             reason = status.state == .wiped ? "wiped" : "unavailable while \(status.state.rawValue)"
         }
-        // The header's size from stat: it was just read and authenticated.
+        // The header file's size from stat: it was just read and
+        // authenticated. Inline data is part of it.
         let headerSize = (try? fs.status(headerPath))??.size ?? 0
         return ObjectInfo(
             path: path, protectionClass: cls, protectionSource: header.protectionSource, accessible: accessible,
-            reason: reason, size: header.plaintextLength, storedSize: header.dataLength + headerSize,
+            reason: reason, size: header.plaintextLength,
+            storedSize: (header.inlineData == nil ? header.dataLength : 0) + headerSize,
             chunks: header.chunkCount, chunkSize: header.chunkSize, keyGeneration: header.wrappedKey.keyGeneration,
             created: header.created, modified: header.modified, objectID: Self.hex(header.objectID))
     }
@@ -776,7 +791,7 @@ public struct ObjectInfo: Sendable {
     public var accessible: Bool
     public var reason: String?
     public var size: UInt64
-    /// Bytes on disk: the data file and the header.
+    /// Bytes on disk: the data file (if any) and the header file.
     public var storedSize: UInt64
     public var chunks: UInt64
     public var chunkSize: UInt32

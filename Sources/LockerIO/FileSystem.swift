@@ -21,16 +21,25 @@ public struct FileSystem: Sendable {
     public func readFile(_ path: String, limit: Int = 1 << 20) throws -> [UInt8] {
         let fd = try open(path, O_RDONLY | O_CLOEXEC)
         defer { close(fd) }
-        var out: [UInt8] = []
-        // No bigger than the limit needs: it is zero-filled on every call,
-        // and headers and records are read with an 8 KiB limit.
-        var buffer = [UInt8](repeating: 0, count: limit < 64 << 10 ? max(1, limit + 1) : 64 << 10)
+        // Sized by the file (one byte more, to see the end in the same
+        // read), not the limit: headers are read with a 64 KiB limit and
+        // are mostly a few hundred bytes. The file may still grow or
+        // shrink while it is read; the limit holds either way.
+        let expected = Int(min(UInt64(limit), (try? fstat(fd, path: path).size) ?? 0))
+        var out = [UInt8](repeating: 0, count: expected + 1)
+        var count = 0
         while true {
-            let n = try buffer.withUnsafeMutableBytes { try read(fd, into: $0, path: path) }
+            if count == out.count {
+                guard count <= limit else { throw IOError("read", path: path, errno: EFBIG) }
+                out.append(contentsOf: repeatElement(0, count: min(64 << 10, limit + 1 - count)))
+            }
+            let done = count
+            let n = try out.withUnsafeMutableBytes { try read(fd, into: UnsafeMutableRawBufferPointer(rebasing: $0[done...]), path: path) }
             if n == 0 { break }
-            guard out.count + n <= limit else { throw IOError("read", path: path, errno: EFBIG) }
-            out.append(contentsOf: buffer[..<n])
+            count += n
+            guard count <= limit else { throw IOError("read", path: path, errno: EFBIG) }
         }
+        out.removeLast(out.count - count)
         return out
     }
 

@@ -141,18 +141,47 @@ extension CLIFixture {
         return found
     }
 
-    /// Stores `bytes` at `path` and returns the object's new data file and
-    /// header file (found by comparing the store before and after).
+    /// Whether the header file at `path` holds its object's data inline
+    /// (magic `LKOI`, docs/format.md).
+    func isInlineHeader(_ path: String) -> Bool {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return false }
+        defer { try? handle.close() }
+        return (try? handle.read(upToCount: 4)) == Data("LKOI".utf8)
+    }
+
+    /// Where every stored object's data is: its data file (`data/<hex>`),
+    /// or its header file's path when the data is inline.
+    func storedData() -> Set<String> {
+        Set(dataFiles().map { "data/" + $0 }).union(headerFiles().filter(isInlineHeader))
+    }
+
+    /// Stores `bytes` (too large to be inline) at `path` and returns the
+    /// object's new data file and header file (found by comparing the
+    /// store before and after).
     func putTracked(_ path: String, _ bytes: Data, _ extra: [String] = []) throws -> (data: String, header: String) {
         let dataBefore = dataFiles()
         let headersBefore = headerFiles()
         try put(path, bytes, extra)
         let newData = dataFiles().subtracting(dataBefore)
         let newHeaders = headerFiles().subtracting(headersBefore)
-        guard newData.count == 1, newHeaders.count == 1 else {
+        guard newData.count == 1, newHeaders.count == 1, !isInlineHeader(newHeaders.first!) else {
             throw HarnessError("put \(path) made \(newData.count) data files and \(newHeaders.count) headers")
         }
         return (store + "/data/" + newData.first!, newHeaders.first!)
+    }
+
+    /// Stores `bytes` (small enough to be inline) at `path` and returns
+    /// its header file, which must hold the data: no data file is made.
+    func putInline(_ path: String, _ bytes: Data, _ extra: [String] = []) throws -> String {
+        let dataBefore = dataFiles()
+        let headersBefore = headerFiles()
+        try put(path, bytes, extra)
+        let newData = dataFiles().subtracting(dataBefore)
+        let newHeaders = headerFiles().subtracting(headersBefore)
+        guard newData.isEmpty, newHeaders.count == 1, isInlineHeader(newHeaders.first!) else {
+            throw HarnessError("put \(path) made \(newData.count) data files and \(newHeaders.count) headers, not one inline header")
+        }
+        return newHeaders.first!
     }
 }
 

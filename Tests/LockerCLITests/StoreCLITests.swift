@@ -88,7 +88,7 @@ struct StoreCLITests {
                 #expect(r.status == 0, "\(r)")
                 #expect(r.stdout == bytes, "\(path) returned \(brief(r.stdout))")
             }
-            #expect(f.dataFiles().count == created.count)
+            #expect(f.storedData().count == created.count)
         }
     }
 
@@ -339,7 +339,7 @@ struct StoreCLITests {
                 }
             }
             #expect(try f.raw(["get", "/a/b"]).stdout == Data("b".utf8))
-            #expect(f.dataFiles().count == 1)
+            #expect(f.storedData().count == 1)
         }
     }
 
@@ -447,12 +447,12 @@ struct StoreCLITests {
             #expect(try f.raw(["get", "/old/D"]).stdout == sampleBytes("old-D"))
             #expect(try f.raw(["get", "/old/nested/D"]).stdout == sampleBytes("old-nested-D"))
             for c in storeClassLetters { try f.put("/new/\(c)", sampleBytes("new-\(c)"), ["--class", c]) }
-            let dataBefore = f.dataFiles()
+            let dataBefore = f.storedData()
 
             let purge = try f.ok(["purge", "--key-reset"])
             #expect(purge.stdout.contains("Purged 6 objects"), "\(purge)")
-            #expect(f.dataFiles().count == dataBefore.count - 6)
-            #expect(f.dataFiles().isSubset(of: dataBefore))
+            #expect(f.storedData().count == dataBefore.count - 6)
+            #expect(f.storedData().isSubset(of: dataBefore))
             #expect(try f.ok(["ls", "/old"]).stdout == "D\nnested/\n")
             #expect(try f.ok(["ls", "/old/nested"]).stdout == "D\n")
             for c in storeClassLetters {
@@ -461,7 +461,7 @@ struct StoreCLITests {
             #expect(try f.raw(["get", "/old/nested/D"]).stdout == sampleBytes("old-nested-D"))
             let again = try f.ok(["purge", "--key-reset"])
             #expect(again.stdout.contains("Purged 0 objects"), "\(again)")
-            #expect(f.dataFiles().count == dataBefore.count - 6)
+            #expect(f.storedData().count == dataBefore.count - 6)
         }
     }
 
@@ -520,11 +520,11 @@ struct StoreCLITests {
             let getDir = try f.raw(["get", "/d"])
             #expect(getDir.status != 0 && getDir.stdout.isEmpty, "\(getDir)")
 
-            let before = f.dataFiles().count
+            let before = f.storedData().count
             try f.ok(["rm", "/renamed"])
-            #expect(f.dataFiles().count == before - 1)
+            #expect(f.storedData().count == before - 1)
             try f.ok(["rm", "-r", "/d"])
-            #expect(f.dataFiles().isEmpty, "data files left: \(f.dataFiles())")
+            #expect(f.storedData().isEmpty, "data left: \(f.storedData())")
             #expect(f.headerFiles().isEmpty)
             #expect(try f.ok(["ls"]).stdout.isEmpty)
             #expect(try f.raw(["get", "/d/A"]).status == 66)

@@ -144,8 +144,8 @@ struct StoreConcurrencyCLITests {
             let own = try f.ok(["ls", "/own"])
             #expect(own.stdout == ownPaths.filter { final.stored[$0] != nil }.map { ($0 as NSString).lastPathComponent + "\n" }.joined(),
                     "\(own)")
-            #expect(f.dataFiles().count == allPaths.filter { final.stored[$0] != nil }.count,
-                    "data files of replaced versions were left: \(f.dataFiles().count)")
+            #expect(f.storedData().count == allPaths.filter { final.stored[$0] != nil }.count,
+                    "data of replaced versions was left: \(f.storedData())")
             let stray = try FileManager.default.subpathsOfDirectory(atPath: f.store).filter { $0.contains(".tmp") }
             #expect(stray.isEmpty, "temporary files left: \(stray)")
         }

@@ -44,7 +44,7 @@ struct TreeCLITests {
             #expect(try f.stat("/t/secret/deeper/s3").protectionSource == "inherited:/t/secret")
             #expect(try f.stat("/t/many/f7").protection == "completeUntilFirstUserAuthentication")
             #expect(try f.stat("/t/empty-dir").type == "directory")
-            #expect(f.dataFiles().count == files.count)
+            #expect(f.storedData().count == files.count)
 
             let out = f.root + "/out"
             let get = try f.ok(["get", "-r", "/t", out])
@@ -61,7 +61,7 @@ struct TreeCLITests {
             let second = try makeTree(local, version: 2)
             try f.ok(["put", "-r", local, "/t", "--class", "D"])
             #expect(try f.stat("/t/secret/deeper/s3").protection == "none")
-            #expect(f.dataFiles().count == second.count)
+            #expect(f.storedData().count == second.count)
             try FileManager.default.removeItem(atPath: out)
             try f.ok(["get", "-r", "/t", out])
             for (path, data) in second {
@@ -91,10 +91,11 @@ struct TreeCLITests {
             }
             // A put -r of class A files while locked is refused, and
             // stores nothing.
-            let before = f.dataFiles()
+            let before = f.storedData()
+            let headersBefore = f.headerFiles().count
             let refused = try f.raw(["put", "-r", local + "/secret", "/t/secret2", "--class", "A"])
             expectProtectedDataUnavailable(refused)
-            #expect(f.dataFiles() == before)
+            #expect(f.storedData() == before && f.headerFiles().count == headersBefore)
         }
     }
 }

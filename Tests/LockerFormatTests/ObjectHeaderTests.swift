@@ -156,6 +156,89 @@ struct ObjectHeaderTests {
                                        chunkSize: opened.chunkSize) == plaintext)
     }
 
+    /// A header with a small object's data inline: the data file's bytes
+    /// after the record, as DataFileModel (independent of the store's
+    /// writer) seals them.
+    func inlineSample(keys: MetadataKeys, plaintextLength: Int = 3000) throws -> (header: ObjectHeader, fileKey: SecretBytes, plaintext: [UInt8]) {
+        let fileKey = try newFileKey()
+        let plaintext = ObjectTestData.compressible.bytes(plaintextLength)
+        let file = try DataFileModel.seal(plaintext, fileKey: fileKey, chunkSize: smallChunk)
+        var header = try sampleHeader(fileKey: fileKey, plaintextLength: UInt64(plaintext.count), chunkSize: smallChunk,
+                                      dataLength: UInt64(file.bytes.count))
+        header.inlineData = file.bytes
+        return (header, fileKey, plaintext)
+    }
+
+    @Test("an inline header is the documented record (LKOI, its length in the prefix), then the data")
+    func inlineLayout() throws {
+        let keys = try newMetadataKeys()
+        let (header, fileKey, plaintext) = try inlineSample(keys: keys)
+        let sealed = try header.sealed(with: keys)
+        let body = headerBody(header)
+        let recordLength = 8 + 12 + body.count + 16
+        #expect(Array(sealed[..<8]) == Array("LKOI".utf8) + [0, 1, UInt8(recordLength >> 8), UInt8(recordLength & 0xff)])
+        #expect(sealed.count == recordLength + header.inlineData!.count)
+        #expect(Array(sealed[recordLength...]) == header.inlineData!)
+        // Built independently from the documented layout, it opens.
+        let built = try envelope(body, magic: "LKOI", keys: keys, reserved: UInt16(recordLength)) + header.inlineData!
+        let opened = try ObjectHeader.open(built, with: keys)
+        #expect(opened == header)
+        try opened.verifyMAC(fileKey: fileKey)
+        #expect(try DataFileModel.open(opened.inlineData!, fileKey: fileKey, plaintextLength: opened.plaintextLength,
+                                       chunkSize: opened.chunkSize) == plaintext)
+        // Without inline data the same header is an LKOH record.
+        var plain = header
+        plain.inlineData = nil
+        #expect(Array(try plain.sealed(with: keys)[..<4]) == Array("LKOH".utf8))
+        #expect(try ObjectHeader.open(try plain.sealed(with: keys), with: keys).inlineData == nil)
+    }
+
+    @Test("inline headers: every bit flip of the record, a wrong length field, and data of another length are refused")
+    func inlineRefusals() throws {
+        let keys = try newMetadataKeys()
+        let (header, _, _) = try inlineSample(keys: keys, plaintextLength: 200)
+        let sealed = try header.sealed(with: keys)
+        let recordLength = Int(sealed[6]) << 8 | Int(sealed[7])
+        let record = Array(sealed[..<recordLength])
+        let data = Array(sealed[recordLength...])
+        let accepted = acceptedBitFlips(record) { _ = try ObjectHeader.open($0 + data, with: keys) }
+        #expect(accepted.isEmpty, "accepted flips (offset, bit): \(accepted.prefix(10))")
+        // The record as an LKOH record, or an LKOH record relabelled LKOI.
+        var relabelled = record
+        relabelled.replaceSubrange(0..<4, with: Array("LKOH".utf8))
+        #expect(throws: (any Error).self) { _ = try ObjectHeader.open(relabelled + data, with: keys) }
+        for length in [0, 35, recordLength - 1, recordLength + 1, sealed.count + 1, 8193, 0xffff] {
+            var bad = sealed
+            bad[6] = UInt8(length >> 8)
+            bad[7] = UInt8(length & 0xff)
+            #expect(throws: (any Error).self, "length field \(length)") { _ = try ObjectHeader.open(bad, with: keys) }
+        }
+        // Data shorter or longer than the header's data length.
+        for cut in [0, 1, data.count - 1] {
+            #expect(throws: FormatError.invalidField("inline data length")) { _ = try ObjectHeader.open(record + data.prefix(cut), with: keys) }
+        }
+        #expect(throws: FormatError.invalidField("inline data length")) { _ = try ObjectHeader.open(sealed + [0], with: keys) }
+    }
+
+    @Test("inline data is at most 56 KiB, and a header file at most 64 KiB")
+    func inlineLimit() throws {
+        let keys = try newMetadataKeys()
+        #expect(ObjectHeader.maxInlineDataLength == 56 << 10 && ObjectHeader.maxFileLength == 64 << 10)
+        // Data over 56 KiB cannot be inline: sealing refuses, and so does
+        // opening a file built that way.
+        let fileKey = try newFileKey()
+        let plaintext = ObjectTestData.random.bytes(60_000)
+        let file = try DataFileModel.seal(plaintext, fileKey: fileKey, chunkSize: smallChunk)
+        #expect(file.bytes.count > 56 << 10)
+        var header = try sampleHeader(fileKey: fileKey, plaintextLength: UInt64(plaintext.count), chunkSize: smallChunk,
+                                      dataLength: UInt64(file.bytes.count))
+        header.inlineData = file.bytes
+        #expect(throws: FormatError.invalidField("inline data length")) { _ = try header.sealed(with: keys) }
+        let body = headerBody(header)
+        let built = try envelope(body, magic: "LKOI", keys: keys, reserved: UInt16(8 + 12 + body.count + 16)) + file.bytes
+        #expect(throws: (any Error).self) { _ = try ObjectHeader.open(built, with: keys) }
+    }
+
     @Test("the body follows the documented layout")
     func documentedLayout() throws {
         let keys = try newMetadataKeys()

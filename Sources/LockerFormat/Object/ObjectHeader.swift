@@ -20,12 +20,20 @@ public enum ProtectionSource: Sendable, Equatable {
 }
 
 /// An object's header: its namespace entry. One small file, sealed under
-/// the metadata record key, that names the object's data file and carries
-/// the wrapped file key. See docs/format.md, "Object header".
+/// the metadata record key, that carries the wrapped file key and either
+/// names the object's data file or, for a small object, holds the data
+/// itself after the sealed record. See docs/format.md, "Object header".
 public struct ObjectHeader: Sendable, Equatable {
+    /// A header whose data is in a data file of its own.
     public static let magic: [UInt8] = Array("LKOH".utf8)
+    /// A header followed by its object's data (`inlineData`).
+    public static let inlineMagic: [UInt8] = Array("LKOI".utf8)
     public static let objectIDByteCount = 16
     public static let compressionLZ4: UInt8 = 1
+    /// The most data a header file holds inline; larger objects get a data
+    /// file. A header file is at most ``maxFileLength`` bytes.
+    public static let maxInlineDataLength = 56 << 10
+    public static let maxFileLength = SealedRecord.maxByteCount + maxInlineDataLength
 
     /// The directory this entry lives in, and its name there. A header
     /// found under any other name or directory is refused.
@@ -46,10 +54,15 @@ public struct ObjectHeader: Sendable, Equatable {
     /// HMAC-SHA256 under a key derived from the file key, over the fields
     /// that bind the data to the key (see ``macInput``).
     public var headerMAC: [UInt8]
+    /// The data (every chunk record, then the index: what a data file
+    /// would hold) when it is stored in the header file; nil when the
+    /// object has a data file. Ciphertext: it is opened with the file key.
+    public var inlineData: [UInt8]?
 
     public init(parentID: [UInt8], name: String, protectionSource: ProtectionSource, wrappedKey: WrappedFileKey,
                 objectID: [UInt8], chunkSize: UInt32, plaintextLength: UInt64, dataLength: UInt64,
-                compression: UInt8 = ObjectHeader.compressionLZ4, created: Int64, modified: Int64, headerMAC: [UInt8]) {
+                compression: UInt8 = ObjectHeader.compressionLZ4, created: Int64, modified: Int64, headerMAC: [UInt8],
+                inlineData: [UInt8]? = nil) {
         self.parentID = parentID
         self.name = name
         self.protectionSource = protectionSource
@@ -62,6 +75,7 @@ public struct ObjectHeader: Sendable, Equatable {
         self.created = created
         self.modified = modified
         self.headerMAC = headerMAC
+        self.inlineData = inlineData
     }
 
     public var protectionClass: ProtectionClass { wrappedKey.protectionClass }
@@ -118,11 +132,30 @@ public struct ObjectHeader: Sendable, Equatable {
         w.write(UInt64(bitPattern: created))
         w.write(UInt64(bitPattern: modified))
         w.write(headerMAC)
-        return try SealedRecord.seal(magic: Self.magic, body: w.bytes, key: keys.recordKey)
+        guard let inlineData else { return try SealedRecord.seal(magic: Self.magic, body: w.bytes, key: keys.recordKey) }
+        // The record's length is in its prefix, authenticated with it, so
+        // a reader knows where the data starts.
+        let length = SealedRecord.overhead + w.bytes.count
+        return try SealedRecord.seal(magic: Self.inlineMagic, body: w.bytes, key: keys.recordKey,
+                                     field: UInt16(min(length, Int(UInt16.max)))) + inlineData
     }
 
+    /// Opens a header file: a sealed header (`LKOH`), or a sealed header
+    /// and its object's data (`LKOI`, see ``inlineData``).
     public static func open(_ bytes: [UInt8], with keys: MetadataKeys) throws -> ObjectHeader {
-        let body = try SealedRecord.open(bytes, magic: magic, key: keys.recordKey)
+        let body: [UInt8]
+        var inlineData: [UInt8]?
+        if bytes.count >= 8, Array(bytes[..<4]) == inlineMagic {
+            guard bytes.count <= maxFileLength else { throw FormatError.inputTooLarge }
+            let length = Int(bytes[6]) << 8 | Int(bytes[7])
+            guard length >= SealedRecord.overhead, length <= min(bytes.count, SealedRecord.maxByteCount) else {
+                throw FormatError.invalidField("record length")
+            }
+            body = try SealedRecord.open(bytes[..<length], magic: inlineMagic, key: keys.recordKey, field: UInt16(length))
+            inlineData = Array(bytes[length...])
+        } else {
+            body = try SealedRecord.open(bytes, magic: magic, key: keys.recordKey)
+        }
         var r = ByteReader(body)
         let parentID = try r.read(DirectoryRecord.directoryIDByteCount)
         let name = try r.readString(max: NameCodec.maxNameLength)
@@ -145,7 +178,7 @@ public struct ObjectHeader: Sendable, Equatable {
             objectID: try r.read(objectIDByteCount), chunkSize: try r.readUInt32(), plaintextLength: try r.readUInt64(),
             dataLength: try r.readUInt64(), compression: try r.readUInt8(),
             created: Int64(bitPattern: try r.readUInt64()), modified: Int64(bitPattern: try r.readUInt64()),
-            headerMAC: try r.read(32))
+            headerMAC: try r.read(32), inlineData: inlineData)
         try r.expectEnd()
         try header.validate()
         return header
@@ -170,6 +203,11 @@ public struct ObjectHeader: Sendable, Equatable {
         guard plaintextLength <= ChunkLayout.maxPlaintextLength else { throw FormatError.invalidField("length") }
         let expected = try ChunkLayout.dataLengthBounds(plaintextLength: plaintextLength, chunkSize: chunkSize)
         guard expected.contains(dataLength) else { throw FormatError.invalidField("data length") }
+        if let inlineData {
+            guard inlineData.count <= Self.maxInlineDataLength, UInt64(inlineData.count) == dataLength else {
+                throw FormatError.invalidField("inline data length")
+            }
+        }
     }
 }
 

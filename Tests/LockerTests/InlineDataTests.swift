@@ -1,0 +1,155 @@
+import Foundation
+import Locker
+import LockerCrypto
+import LockerDevice
+import LockerFormat
+import Testing
+
+/// Small objects keep their data in their header file (docs/format.md,
+/// "Object header"): no data file is made for them, and every operation
+/// that rewrites a header carries the data along.
+@Suite struct InlineDataTests {
+    let root = NSTemporaryDirectory() + "lki-" + UUID().uuidString.prefix(8)
+
+    func makeStore() throws -> Store {
+        let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
+                                           options: .init(passcodeCost: .fixed(logN: 10)))
+        return try Store(path: root + "/s", keys: device)
+    }
+
+    func put(_ store: Store, _ path: String, _ data: [UInt8], _ cls: ProtectionClass? = .complete) throws {
+        var offset = 0
+        try store.put(StorePath(path), protection: cls) { buffer in
+            let n = min(buffer.count, data.count - offset)
+            buffer.copyBytes(from: data[offset..<(offset + n)])
+            offset += n
+            return n
+        }
+    }
+
+    func get(_ store: Store, _ path: String) throws -> [UInt8] {
+        var out: [UInt8] = []
+        try store.read(StorePath(path)) { out.append(contentsOf: $0) }
+        return out
+    }
+
+    var dataFiles: [String] { (try? FileManager.default.contentsOfDirectory(atPath: root + "/s/data")) ?? [] }
+
+    func bytes(_ count: Int, seed: UInt8) -> [UInt8] {
+        // Incompressible enough that the size decides, not LZ4.
+        var state = UInt64(seed) &+ 0x9e37_79b9_7f4a_7c15
+        return (0..<count).map { _ in
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return UInt8(truncatingIfNeeded: state >> 33)
+        }
+    }
+
+    @Test func smallObjectsMakeNoDataFileAndLargeOnesDo() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let store = try makeStore()
+        // Random data is stored raw: data = n + 17 (record) + 20 (index).
+        let largestInline = ObjectHeader.maxInlineDataLength - 37
+        for (size, inline) in [(0, true), (1, true), (16_000, true), (largestInline, true), (largestInline + 1, false)] {
+            let before = dataFiles.count
+            let data = bytes(size, seed: 1)
+            try put(store, "/o\(size)", data)
+            #expect(dataFiles.count == before + (inline ? 0 : 1), "size \(size)")
+            #expect(try get(store, "/o\(size)") == data, "size \(size)")
+            guard case .object(let info) = try store.stat(StorePath("/o\(size)")).kind else {
+                Issue.record("not an object")
+                continue
+            }
+            // Stored size counts the one header file, or the header and data file.
+            #expect(info.storedSize >= UInt64(size) + 37, "size \(size): stored \(info.storedSize)")
+            #expect(info.storedSize < UInt64(size) + 37 + 1024, "size \(size): stored \(info.storedSize)")
+        }
+        var part: [UInt8] = []
+        try store.read(StorePath("/o16000"), range: 100..<9000) { part.append(contentsOf: $0) }
+        #expect(part == Array(bytes(16_000, seed: 1)[100..<9000]))
+        #expect(try store.verify(readData: true).isClean)
+    }
+
+    @Test func replacingMovesBetweenInlineAndADataFileWithoutLeavingData() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let store = try makeStore()
+        let small = bytes(5000, seed: 2), large = bytes(200_000, seed: 3)
+        try put(store, "/x", small)
+        #expect(dataFiles.isEmpty)
+        try put(store, "/x", large)
+        #expect(dataFiles.count == 1)
+        #expect(try get(store, "/x") == large)
+        try put(store, "/x", small)
+        #expect(dataFiles.isEmpty, "the replaced version's data file was left")
+        #expect(try get(store, "/x") == small)
+        // The same through a batch.
+        try store.putBatch([PutBatchItem(path: StorePath("/x"), protection: ProtectionClass.none, source: Self.source(large)),
+                            PutBatchItem(path: StorePath("/y"), protection: ProtectionClass.none, source: Self.source(small))])
+        #expect(dataFiles.count == 1)
+        try store.putBatch([PutBatchItem(path: StorePath("/x"), protection: ProtectionClass.none, source: Self.source(small))])
+        #expect(dataFiles.isEmpty)
+        #expect(try get(store, "/x") == small && get(store, "/y") == small)
+        try store.remove(StorePath("/x"))
+        try store.remove(StorePath("/y"))
+        #expect(dataFiles.isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: root + "/s/ns") == [".dir"])
+        #expect(try store.verify().isClean)
+    }
+
+    /// setclass and mv rewrite the header file, which for a small object
+    /// holds the data: it must come along unchanged.
+    @Test func setClassAndMoveCarryTheData() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let store = try makeStore()
+        let small = bytes(3000, seed: 4)
+        try put(store, "/a/obj", small, .completeUntilFirstUserAuthentication)
+        try store.setClass(StorePath("/a/obj"), to: .completeUnlessOpen)
+        #expect(try get(store, "/a/obj") == small)
+        try store.makeDirectory(StorePath("/b"))
+        try store.move(StorePath("/a/obj"), to: StorePath("/b/moved"))
+        #expect(try get(store, "/b/moved") == small)
+        try store.setDefaultClass(ProtectionClass.none, ofDirectory: StorePath("/b"), recursive: true)
+        #expect(try get(store, "/b/moved") == small)
+        guard case .object(let info) = try store.stat(StorePath("/b/moved")).kind else {
+            Issue.record("not an object")
+            return
+        }
+        #expect(info.protectionClass == ProtectionClass.none)
+        #expect(dataFiles.isEmpty)
+        #expect(try store.verify(readData: true).isClean)
+    }
+
+    /// A fetch listing keeps at most its budget of inline data; entries
+    /// past it are read again from their header files, with the same
+    /// result.
+    @Test func fetchListingsPastTheirInlineBudgetStillRead() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let store = try makeStore()
+        // 400 objects of 50 KB: 20 MB inline, past the 16 MiB budget.
+        let count = 400
+        var items: [PutBatchItem] = []
+        for i in 0..<count {
+            items.append(PutBatchItem(path: try StorePath("/many/f\(i)"), protection: ProtectionClass.none, source: Self.source(self.bytes(50_000, seed: UInt8(i % 251)))))
+        }
+        try store.putBatch(items)
+        #expect(dataFiles.isEmpty)
+        let listing = try store.listForFetch(StorePath("/many"))
+        #expect(listing.objects.count == count)
+        let prepared = try store.prepareReads(listing.objects)
+        for read in prepared {
+            var out: [UInt8] = []
+            try store.read(read) { out.append(contentsOf: $0) }
+            let i = Int(read.path.name.dropFirst())!
+            #expect(out == bytes(50_000, seed: UInt8(i % 251)), "\(read.path)")
+        }
+    }
+
+    static func source(_ data: [UInt8]) -> (UnsafeMutableRawBufferPointer) throws -> Int {
+        var offset = 0
+        return { buffer in
+            let n = min(buffer.count, data.count - offset)
+            buffer.copyBytes(from: data[offset..<(offset + n)])
+            offset += n
+            return n
+        }
+    }
+}
