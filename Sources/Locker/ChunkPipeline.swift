@@ -25,6 +25,68 @@ func parallelFor(_ count: Int, _ body: (Int) throws -> Void) throws {
     if let error = errors.compactMap({ $0 }).first { throw error }
 }
 
+/// Runs `body` for 0..<count on `width` threads (the caller's among them)
+/// and rethrows the first error. For work that waits on the disk or in the
+/// kernel as much as it computes (small objects: a file opened, read or
+/// created for each), where one thread per core leaves cores idle.
+func parallelFor(_ count: Int, width: Int, _ body: (Int) throws -> Void) throws {
+    let width = min(width, count)
+    if width <= 1 {
+        for i in 0..<count { try body(i) }
+        return
+    }
+    let errors = UnsafeMutableBufferPointer<(any Error)?>.allocate(capacity: count)
+    errors.initialize(repeating: nil)
+    defer { errors.deallocate() }
+    let next = IndexCounter()
+    // As in parallelFor(_:_:): each index writes only its own slot, and
+    // every thread is done with `body` before this returns. A thread may
+    // release its closure later, so the threads hold `body` through a box
+    // that is emptied before `body` stops being valid.
+    withoutActuallyEscaping(body) { escapable in
+        let box = Unchecked(BodyBox(escapable))
+        let slots = Unchecked(errors)
+        let done = DispatchGroup()
+        @Sendable func work() {
+            guard let run = box.value.run else { return }
+            while let i = next.take(below: count) {
+                do { try run(i) } catch { slots.value[i] = error }
+            }
+        }
+        for _ in 1..<width {
+            done.enter()
+            Thread {
+                work()
+                done.leave()
+            }.start()
+        }
+        work()
+        done.wait()
+        box.value.run = nil
+    }
+    if let error = errors.compactMap({ $0 }).first { throw error }
+}
+
+/// A closure that can be let go of before the last reference to its box.
+final class BodyBox {
+    var run: ((Int) throws -> Void)?
+    init(_ run: @escaping (Int) throws -> Void) { self.run = run }
+}
+
+/// Hands out 0, 1, 2, … to several threads.
+final class IndexCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = 0
+
+    func take(below limit: Int) -> Int? {
+        lock.withLock {
+            guard value < limit else { return nil }
+            defer { value += 1 }
+            return value
+        }
+    }
+}
+
 /// Carries a value into a concurrent closure whose safety the caller
 /// guarantees.
 struct Unchecked<T>: @unchecked Sendable {

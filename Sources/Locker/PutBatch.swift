@@ -31,7 +31,8 @@ extension Store {
     /// system calls fixed, as fault injection needs).
     func forEachObject(_ count: Int, _ body: (Int) throws -> Void) throws {
         if options.workers > 1 {
-            try parallelFor(count, body)
+            // Twice the cores: each object waits on the file system too.
+            try parallelFor(count, width: 2 * options.workers, body)
         } else {
             for i in 0..<count { try body(i) }
         }

@@ -54,31 +54,61 @@ extension Store {
     /// A directory's entries for fetching it whole, in one pass: its
     /// subdirectories, and its objects with their headers read and
     /// checked. A damaged entry throws ``StoreError/integrity(path:what:)``.
+    /// The entries are looked at on all cores (a header read may wait for
+    /// the disk, and each name and header is opened with AES-GCM).
     public func listForFetch(_ path: StorePath) throws -> FetchListing {
+        let directory = try self.directory(at: path)
+        let names = try fs.contentsOfDirectory(directory.fsPath).filter { $0 != ".dir" && !Self.isTemporary($0) }
+        enum Found {
+            case directory(StorePath)
+            case object(StorePath, ObjectHeader, fsPath: String)
+        }
+        // A window of entries at a time: what is read but not yet kept
+        // stays bounded whatever the directory's size.
+        let window = 128
+        let found = UnsafeMutableBufferPointer<Result<Found, any Error>?>.allocate(capacity: window)
+        found.initialize(repeating: nil)
+        defer { found.deinitialize().deallocate() }
         var directories: [StorePath] = []
         var objects: [FetchEntry] = []
         // Small objects' data comes with their headers; a listing keeps at
         // most this much of it, so a huge directory does not fill memory.
         var inlineBudget = Self.fetchInlineBudget
-        try forEachEntry(of: path) { itemPath, fsPath, isDirectory, directory in
-            guard let itemPath else {
-                throw StoreError.integrity(path: path.appending("?" + (fsPath as NSString).lastPathComponent).description,
-                                           what: "name does not authenticate")
-            }
-            if isDirectory {
-                directories.append(itemPath)
-            } else {
-                var header = try readHeader(fsPath, name: itemPath.name, in: directory, path: itemPath)
-                var dropped = false
-                if let inline = header.inlineData {
-                    if inline.count <= inlineBudget {
-                        inlineBudget -= inline.count
-                    } else {
-                        header.inlineData = []
-                        dropped = true
+        for start in stride(from: 0, to: names.count, by: window) {
+            let count = min(window, names.count - start)
+            // Each iteration writes only its own slot.
+            let slots = Unchecked(found)
+            try forEachObject(count) { i in
+                let fileName = names[start + i]
+                slots.value[i] = Result {
+                    let fsPath = directory.fsPath + "/" + fileName
+                    let isDirectory = try kind(of: fsPath) == .directory
+                    guard let name = entryName(fileName, at: fsPath, isDirectory: isDirectory, in: directory) else {
+                        throw StoreError.integrity(path: path.appending("?" + fileName).description, what: "name does not authenticate")
                     }
+                    let itemPath = path.appending(name)
+                    if isDirectory { return .directory(itemPath) }
+                    return .object(itemPath, try readHeader(fsPath, name: name, in: directory, path: itemPath), fsPath: fsPath)
                 }
-                objects.append(FetchEntry(path: itemPath, header: header, fsPath: fsPath, directory: directory, inlineDropped: dropped))
+            }
+            for i in 0..<count {
+                let result = found[i]!
+                found[i] = nil
+                switch try result.get() {
+                case .directory(let itemPath):
+                    directories.append(itemPath)
+                case .object(let itemPath, var header, let fsPath):
+                    var dropped = false
+                    if let inline = header.inlineData {
+                        if inline.count <= inlineBudget {
+                            inlineBudget -= inline.count
+                        } else {
+                            header.inlineData = []
+                            dropped = true
+                        }
+                    }
+                    objects.append(FetchEntry(path: itemPath, header: header, fsPath: fsPath, directory: directory, inlineDropped: dropped))
+                }
             }
         }
         return FetchListing(directories: directories.sorted { $0.description < $1.description },

@@ -18,6 +18,8 @@
 #                    --scratch-path .build-bench)
 #   --raw FILE       also keep the raw measurements (TSV) in FILE
 #   --no-setup       do not install missing Debian packages
+#   --settle N       seconds to wait after deleting a round of a dataset of
+#                    more than 1,000 files (default 65; see docs/performance.md)
 # Progress goes to stderr, the report (Markdown) to stdout.
 set -euo pipefail
 export LC_ALL=C
@@ -26,7 +28,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 py="$here/compare.py"
 
-runs=5 mib=512 small=20000 big_gib=4 calls=10 out="" raw="" setup=1 rewrap_mib=1024
+runs=5 mib=512 small=20000 big_gib=4 calls=10 out="" raw="" setup=1 rewrap_mib=1024 settle=65
 locker_bin="${LOCKER_BIN:-}"
 die() { echo "compare: error: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
@@ -41,12 +43,13 @@ while [ $# -gt 0 ]; do
     --locker) locker_bin="${2:?--locker needs a path}"; shift ;;
     --raw) raw="${2:?--raw needs a file}"; shift ;;
     --no-setup) setup=0 ;;
+    --settle) settle="${2:?--settle needs a number}"; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
   shift
 done
-for v in runs mib small big_gib calls; do
+for v in runs mib small big_gib calls settle; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || die "--${v//_/-} needs a whole number, got '${!v}'"
 done
 [ "$runs" -ge 1 ] || die "--runs must be at least 1"
@@ -106,7 +109,7 @@ res="$work/results.tsv"; kv="$work/kv.tsv"
 : > "$res"; : > "$kv"
 put_kv() { printf '%s\t%s\n' "$1" "$2" >> "$kv"; }
 put_kv start "$(date '+%Y-%m-%d %H:%M:%S %Z')"
-put_kv options "runs=$runs mib=$mib small=$small big_gib=$big_gib calls=$calls"
+put_kv options "runs=$runs mib=$mib small=$small big_gib=$big_gib calls=$calls settle=$settle"
 
 # gocryptfs only when FUSE works
 gocrypt=0
@@ -120,11 +123,13 @@ if command -v gocryptfs >/dev/null && [ -e /dev/fuse ]; then
   fi
   rm -rf "$work/fusetest"
 fi
-if [ "$gocrypt" -eq 1 ]; then tools=(locker restic borg age openssl gocryptfs)
+# "plain" is not a peer but a floor: the same files copied with tar and no
+# encryption, one file per file, as Locker stores small objects.
+if [ "$gocrypt" -eq 1 ]; then tools=(locker restic borg age openssl gocryptfs plain)
 else
   log "gocryptfs skipped: FUSE does not work here (no /dev/fuse or the test mount failed)"
   put_kv skipped "gocryptfs (FUSE unavailable)"
-  tools=(locker restic borg age openssl)
+  tools=(locker restic borg age openssl plain)
 fi
 
 # ---------------------------------------------------------------- machine
@@ -265,8 +270,14 @@ put_gocryptfs() {
   sync -f "$R/gc.cipher"
 }
 get_gocryptfs() { cp -r "$R/gc.plain/." "$3/" && sync -f "$3"; }
+put_plain() {
+  mkdir -p "$R/plain"
+  if [ "$1" = file ]; then cp "$2" "$R/plain/"; else tar -C "$2" -cf - . | tar -C "$R/plain" -xf -; fi
+  sync -f "$R/plain"
+}
+get_plain() { tar -C "$R/plain" -cf - . | tar -C "$3" -xf - && sync -f "$3"; }
 export -f put_locker get_locker put_restic get_restic put_borg get_borg put_age get_age \
-  put_openssl get_openssl put_gocryptfs get_gocryptfs
+  put_openssl get_openssl put_gocryptfs get_gocryptfs put_plain get_plain
 
 # gocryptfs runs in the foreground as our child, so its daemon's CPU and
 # memory can be measured (its pid is in $work/gc.pid while mounted).
@@ -347,9 +358,9 @@ LOCKER_STORE="$work/store-init" "$L" status >/dev/null || die "locker status fai
 # run_dataset NAME KIND SRC: warm-up + $runs rounds; each round runs every
 # tool once (store, then fetch), in an order that rotates each round.
 run_dataset() {
-  local ds=$1 kind=$2 src=$3 bytes want i t n=${#tools[@]} order line
+  local ds=$1 kind=$2 src=$3 bytes want files i t n=${#tools[@]} order line
   local dir="$src"; [ "$kind" = file ] && dir="$(dirname "$src")"
-  bytes=$(sz "$dir"); want=$(treesum "$dir")
+  bytes=$(sz "$dir"); want=$(treesum "$dir"); files=$(find "$dir" -type f | wc -l)
   for i in $(seq 0 "$runs"); do
     export R="$work/round"
     rm -rf "$R"; mkdir -p "$R"
@@ -371,10 +382,16 @@ run_dataset() {
       if [ "$t" = locker ] || [ "$i" -eq 0 ]; then
         [ "$(treesum "$R/fetch.$t")" = "$want" ] || die "$t: fetched $ds differs from the source (run $i)"
       fi
-      rm -rf "$R/fetch.$t"
+      # Kept until the round ends: nothing is deleted between two
+      # measurements (see the settle below).
     done
     [ "$gocrypt" -eq 1 ] && gc_umount
     rm -rf "$R" "$BORG_BASE_DIR" "$RESTIC_CACHE_DIR"; sync
+    # After mass deletions ext4 skips every inode freed in the last 60 s
+    # when it allocates one (recently_deleted() in ialloc.c), which makes
+    # creating files many times slower for whoever runs next. Let the
+    # window pass, so no tool pays for this harness's cleanup.
+    if [ "$files" -gt 1000 ] && [ "$settle" -gt 0 ]; then sleep "$settle"; fi
     log "$ds $( [ "$i" -eq 0 ] && echo warm-up || echo "run $i/$runs")  $line"
   done
 }
