@@ -26,9 +26,10 @@ public struct PutBatchItem {
 }
 
 extension Store {
-    /// Runs `body` for each of `count` objects: on all cores when the store
-    /// has more than one worker, else in order (which keeps the sequence of
-    /// system calls fixed, as fault injection needs).
+    /// Runs `body` for each of `count` objects: on twice as many threads as
+    /// the store has workers when it has more than one, else in order
+    /// (which keeps the sequence of system calls fixed, as fault injection
+    /// needs).
     func forEachObject(_ count: Int, _ body: (Int) throws -> Void) throws {
         if options.workers > 1 {
             // Twice the cores: each object waits on the file system too.
@@ -118,8 +119,11 @@ extension Store {
                             let (fileSlots, temporarySlots, headerSlots) = slots.value
                             let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
                             let dataPath = dataPath(objectID)
+                            // One core per object: the batch already
+                            // spreads its objects over the cores, and a
+                            // writer's buffers grow with its workers.
                             let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKeys[i]),
-                                                          chunkSize: options.chunkSize, workers: options.workers)
+                                                          chunkSize: options.chunkSize, workers: 1)
                             // A small object's data goes into its header
                             // file, and no data file is created.
                             let written = try writer.write(from: items[i].source, inlineLimit: ObjectHeader.maxInlineDataLength, file: {

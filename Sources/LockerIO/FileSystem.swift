@@ -38,6 +38,10 @@ public struct FileSystem: Sendable {
             if n == 0 { break }
             count += n
             guard count <= limit else { throw IOError("read", path: path, errno: EFBIG) }
+            // A regular file reads short only at its end; every file read
+            // here is replaced whole, never appended to, so no second read
+            // is needed to see the end.
+            if count < out.count && count == expected { break }
         }
         out.removeLast(out.count - count)
         return out
