@@ -146,6 +146,10 @@ extension Store {
                             let temporary = targets[i].fsPath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
                             try fs.writeNewFile(temporary, header.sealed(with: metadata))
                             temporarySlots[i] = temporary
+                            // Written: the inline data need not stay in
+                            // memory for the rest of the batch (an empty
+                            // array still marks the header as inline).
+                            if header.inlineData != nil { header.inlineData = [] }
                             headerSlots[i] = header
                         }
                     }
