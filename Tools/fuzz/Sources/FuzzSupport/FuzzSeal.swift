@@ -17,8 +17,10 @@ public enum FuzzSeal {
     /// The envelope of object headers, directory records and the keybag:
     /// `magic || version (u16 1) || reserved (u16 0) || nonce ||
     /// AES-256-GCM(body)`, with the 8-byte prefix as associated data.
-    public static func envelope(magic: [UInt8], body: [UInt8], key: SecretBytes) throws -> [UInt8] {
-        let prefix = magic + [0, 1, 0, 0]
+    /// `field` is the u16 at bytes 6–7: 0, or for an `LKOI` header the
+    /// record's length.
+    public static func envelope(magic: [UInt8], body: [UInt8], key: SecretBytes, field: UInt16 = 0) throws -> [UInt8] {
+        let prefix = magic + [0, 1, UInt8(field >> 8), UInt8(field & 0xff)]
         return prefix + nonce.rawBytes + (try AESGCM.seal(body, key: key, nonce: nonce, authenticating: prefix))
     }
 

@@ -94,6 +94,21 @@ for (name, header) in headers {
     write("fuzz-object-header", "header-\(name)", [0x00] + file)
     write("fuzz-object-header", "header-body-\(name)", [0x02] + body)
 }
+// Small objects: the same body sealed as LKOI, its length in the prefix,
+// then the inline data (37 bytes: one empty chunk's record and the index).
+do {
+    var header = headers[0].1
+    header.inlineData = bytes(Int(header.dataLength), 0x09)
+    let sealed = try! header.sealed(with: keys)
+    let length = Int(sealed[6]) << 8 | Int(sealed[7])
+    let body = envelopeBody(Array(sealed[..<length]), key: keys.recordKey)
+    let file = try! FuzzSeal.envelope(magic: ObjectHeader.inlineMagic, body: body, key: keys.recordKey, field: UInt16(length))
+        + header.inlineData!
+    precondition(try! ObjectHeader.open(file, with: keys) == header)
+    write("fuzz-object-header", "header-inline-empty-explicit-A", [0x00] + file)
+    write("fuzz-object-header", "header-body-inline-empty-explicit-A",
+          [0x06, UInt8(body.count >> 8), UInt8(body.count & 0xff)] + body + header.inlineData!)
+}
 let directories: [(String, DirectoryRecord)] = [
     ("root", DirectoryRecord(directoryID: bytes(16, 0x10), name: "", defaultClass: nil, created: 7)),
     ("docs-A", DirectoryRecord(directoryID: bytes(16, 0x12), name: "docs", defaultClass: .complete, created: -7)),
