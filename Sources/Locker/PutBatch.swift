@@ -147,10 +147,8 @@ extension Store {
                             try fs.writeNewFile(temporary, header.sealed(with: metadata))
                             temporarySlots[i] = temporary
                             // Written: the inline data need not stay in
-                            // memory for the rest of the batch (an empty
-                            // array still marks the header as inline).
-                            if header.inlineData != nil { header.inlineData = [] }
-                            headerSlots[i] = header
+                            // memory for the rest of the batch.
+                            headerSlots[i] = header.droppingInlineData()
                         }
                     }
                 }
@@ -174,7 +172,7 @@ extension Store {
                 case .object:
                     // Only a replaced data file needs removing afterwards.
                     if let old = try? readHeader(target.fsPath, name: item.path.name, in: target.parent, path: item.path),
-                       old.inlineData == nil {
+                       !old.isInline {
                         replaced.append(old.objectID)
                     }
                 case .missing: break

@@ -13,11 +13,10 @@ public struct FetchListing {
 public struct FetchEntry {
     public let path: StorePath
     let header: ObjectHeader
+    /// Where the header file is, to read it again when its inline data
+    /// was not kept (the listing's budget was spent).
     let fsPath: String
     let directory: Store.Directory
-    /// The header's inline data was not kept (the listing's budget was
-    /// spent): the read reads the header file again.
-    let inlineDropped: Bool
 }
 
 /// An object whose header was read and whose file key was unwrapped by
@@ -98,16 +97,14 @@ extension Store {
                 case .directory(let itemPath):
                     directories.append(itemPath)
                 case .object(let itemPath, var header, let fsPath):
-                    var dropped = false
                     if let inline = header.inlineData {
                         if inline.count <= inlineBudget {
                             inlineBudget -= inline.count
                         } else {
-                            header.inlineData = []
-                            dropped = true
+                            header = header.droppingInlineData()
                         }
                     }
-                    objects.append(FetchEntry(path: itemPath, header: header, fsPath: fsPath, directory: directory, inlineDropped: dropped))
+                    objects.append(FetchEntry(path: itemPath, header: header, fsPath: fsPath, directory: directory))
                 }
             }
         }
@@ -120,7 +117,7 @@ extension Store {
     /// it was prepared).
     public func read(_ prepared: PreparedRead, into sink: (UnsafeRawBufferPointer) throws -> Void) throws {
         var header = prepared.header
-        if prepared.entry.inlineDropped {
+        if header.inlineDataDropped {
             let entry = prepared.entry
             guard let again = try? readHeader(entry.fsPath, name: prepared.path.name, in: entry.directory, path: prepared.path),
                   again.objectID == header.objectID

@@ -379,7 +379,7 @@ public final class Store: @unchecked Sendable {
             guard try kind(of: fsPath) == .object else { throw StoreError.notFound(path.description) }
             let header = try? readHeader(fsPath, name: path.name, in: parent, path: path)
             try fs.remove(fsPath)
-            if let header, header.inlineData == nil { try fs.remove(dataPath(header.objectID)) }
+            if let header, !header.isInline { try fs.remove(dataPath(header.objectID)) }
         case .directory:
             let names = try fs.contentsOfDirectory(fsPath).filter { $0 != ".dir" && !$0.hasPrefix(".tmp-") }
             if !names.isEmpty {
@@ -548,7 +548,7 @@ public final class Store: @unchecked Sendable {
         // old data goes, so that no crash leaves the old header without
         // its data; if that fails, the old data stays, as garbage.
         try fs.syncDirectory(parent.fsPath)
-        if let replaced, replaced.inlineData == nil { try? fs.remove(self.dataPath(replaced.objectID)) }
+        if let replaced, !replaced.isInline { try? fs.remove(self.dataPath(replaced.objectID)) }
         return try objectInfo(path, header: header, headerPath: fsPath)
     }
 
@@ -764,7 +764,7 @@ public final class Store: @unchecked Sendable {
         return ObjectInfo(
             path: path, protectionClass: cls, protectionSource: header.protectionSource, accessible: accessible,
             reason: reason, size: header.plaintextLength,
-            storedSize: (header.inlineData == nil ? header.dataLength : 0) + headerSize,
+            storedSize: (header.isInline ? 0 : header.dataLength) + headerSize,
             chunks: header.chunkCount, chunkSize: header.chunkSize, keyGeneration: header.wrappedKey.keyGeneration,
             created: header.created, modified: header.modified, objectID: Self.hex(header.objectID))
     }

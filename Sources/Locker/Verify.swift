@@ -102,12 +102,10 @@ extension Store {
                         continue
                     }
                     referenced[id] = itemPath.description
-                    if header.inlineData != nil {
+                    if header.isInline {
                         // Its length was checked as the header was opened;
                         // a full read reads it again (the list stays small).
-                        var listed = header
-                        listed.inlineData = []
-                        objects.append((itemPath, listed))
+                        objects.append((itemPath, header.droppingInlineData()))
                     } else if let data = try? fs.status(dataPath(header.objectID)) {
                         if data.size != header.dataLength {
                             report.damaged.append(.init(location: itemPath.description,

@@ -220,6 +220,21 @@ struct ObjectHeaderTests {
         #expect(throws: FormatError.invalidField("inline data length")) { _ = try ObjectHeader.open(sealed + [0], with: keys) }
     }
 
+    @Test("a header without its inline data in memory stays inline and cannot be sealed")
+    func droppedInlineData() throws {
+        let keys = try newMetadataKeys()
+        let (header, _, _) = try inlineSample(keys: keys)
+        #expect(header.isInline && !header.inlineDataDropped)
+        let dropped = header.droppingInlineData()
+        #expect(dropped.isInline && dropped.inlineDataDropped)
+        #expect(dropped.inlineData == [])
+        #expect(throws: FormatError.invalidField("inline data length")) { _ = try dropped.sealed(with: keys) }
+        var plain = header
+        plain.inlineData = nil
+        #expect(plain.droppingInlineData() == plain)
+        #expect(!plain.isInline && !plain.inlineDataDropped)
+    }
+
     @Test("inline data is at most 56 KiB, and a header file at most 64 KiB")
     func inlineLimit() throws {
         let keys = try newMetadataKeys()

@@ -80,6 +80,24 @@ public struct ObjectHeader: Sendable, Equatable {
 
     public var protectionClass: ProtectionClass { wrappedKey.protectionClass }
 
+    /// Whether the object's data is inline in its header file (whether or
+    /// not this value still holds it: see ``droppingInlineData()``).
+    public var isInline: Bool { inlineData != nil }
+
+    /// Whether this value is inline but no longer holds the data.
+    public var inlineDataDropped: Bool { inlineData?.isEmpty == true }
+
+    /// This header without its inline data in memory, still marked inline:
+    /// the data becomes an empty array, which no object's data is (it
+    /// holds at least one record and the index). Such a value cannot be
+    /// sealed; it is for keeping many headers in memory.
+    public func droppingInlineData() -> ObjectHeader {
+        guard isInline else { return self }
+        var header = self
+        header.inlineData = []
+        return header
+    }
+
     /// The number of chunks: at least one (an empty object has one empty,
     /// final chunk).
     public var chunkCount: UInt64 { ChunkLayout.chunkCount(plaintextLength: plaintextLength, chunkSize: chunkSize) }
