@@ -205,6 +205,9 @@ final class ObjectWriter {
         // outlive the buffers it reads.
         defer { pending.forEach { $0.wait() } }
         var writeState: WriteState?
+        // Sealed early when the whole object is one batch, to see whether
+        // it fits inline.
+        var sealedIndex: [UInt8]?
         let recordLengths = UnsafeMutableBufferPointer<Int>.allocate(capacity: batch)
         recordLengths.initialize(repeating: 0)
         defer { recordLengths.deallocate() }
@@ -258,6 +261,7 @@ final class ObjectWriter {
             if atEnd && writes == nil {
                 // The whole object in one batch: nothing to overlap with.
                 let index = try sealers[0].sealIndex(lengths)
+                sealedIndex = index
                 if dataLength + UInt64(index.count) <= UInt64(inlineLimit) {
                     var data = [UInt8]()
                     data.reserveCapacity(Int(dataLength) + index.count)
@@ -290,7 +294,7 @@ final class ObjectWriter {
         pending.forEach { $0.wait() }
         if let error = writeState?.error { throw error }
         let file = try file()
-        let index = try sealers[0].sealIndex(lengths)
+        let index = try sealedIndex ?? sealers[0].sealIndex(lengths)
         try index.withUnsafeBytes { try file.write($0) }
         dataLength += UInt64(index.count)
         if sync { try file.sync() }

@@ -169,7 +169,7 @@ public struct ObjectHeader: Sendable, Equatable {
             guard length >= SealedRecord.overhead, length <= min(bytes.count, SealedRecord.maxByteCount) else {
                 throw FormatError.invalidField("record length")
             }
-            body = try SealedRecord.open(bytes[..<length], magic: inlineMagic, key: keys.recordKey, field: UInt16(length))
+            body = try SealedRecord.open(Array(bytes[..<length]), magic: inlineMagic, key: keys.recordKey, field: UInt16(length))
             inlineData = Array(bytes[length...])
         } else {
             body = try SealedRecord.open(bytes, magic: magic, key: keys.recordKey)

@@ -24,21 +24,16 @@ enum SealedRecord {
     }
 
     /// Opens a record that is all of `bytes`, whose field must be `field`.
-    static func open(_ bytes: ArraySlice<UInt8>, magic: [UInt8], key: SecretBytes, field: UInt16 = 0) throws -> [UInt8] {
+    static func open(_ bytes: [UInt8], magic: [UInt8], key: SecretBytes, field: UInt16 = 0) throws -> [UInt8] {
         guard bytes.count <= maxByteCount else { throw FormatError.inputTooLarge }
-        var r = ByteReader(Array(bytes))
+        var r = ByteReader(bytes)
         guard try r.read(4) == magic else { throw FormatError.badMagic }
         let version = try r.readUInt16()
         guard version == Self.version else { throw FormatError.unsupportedVersion(version) }
         guard try r.readUInt16() == field else { throw FormatError.invalidField("reserved") }
         let nonce = try AESGCM.Nonce(try r.read(AESGCM.nonceByteCount))
         guard r.remaining >= AESGCM.tagByteCount else { throw FormatError.truncated }
-        return try AESGCM.open(try r.read(r.remaining), key: key, nonce: nonce,
-                               authenticating: Array(bytes[bytes.startIndex..<(bytes.startIndex + 8)]))
-    }
-
-    static func open(_ bytes: [UInt8], magic: [UInt8], key: SecretBytes) throws -> [UInt8] {
-        try open(bytes[...], magic: magic, key: key)
+        return try AESGCM.open(try r.read(r.remaining), key: key, nonce: nonce, authenticating: Array(bytes[..<8]))
     }
 }
 
