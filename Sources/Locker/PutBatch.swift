@@ -98,59 +98,60 @@ extension Store {
 
         // Data files and new headers, none synced yet, several objects at
         // once: a small object is one chunk, sealed on one core, so the
-        // cores share the objects instead.
-        var files = [(path: String, file: DataFile)?](repeating: nil, count: items.count)
-        var temporaries = [String?](repeating: nil, count: items.count)
-        var headers = [ObjectHeader?](repeating: nil, count: items.count)
+        // cores share the objects instead. Each slot holds what its object
+        // has written, for the commit or for cleaning up after a failure.
+        struct Written {
+            var data: (path: String, file: DataFile)?
+            var temporary: String?
+            var header: ObjectHeader?
+        }
+        var written = [Written](repeating: Written(), count: items.count)
         func discard(from first: Int) {
-            for temporary in temporaries.dropFirst(first).compactMap({ $0 }) { try? fs.remove(temporary, syncDirectory: false) }
-            for (path, file) in files.dropFirst(first).compactMap({ $0 }) {
-                file.close()
-                try? fs.remove(path, syncDirectory: false)
+            for slot in written.dropFirst(first) {
+                if let temporary = slot.temporary { try? fs.remove(temporary, syncDirectory: false) }
+                if let (path, file) = slot.data {
+                    file.close()
+                    try? fs.remove(path, syncDirectory: false)
+                }
             }
         }
         do {
-            try files.withUnsafeMutableBufferPointer { fileSlots in
-                try temporaries.withUnsafeMutableBufferPointer { temporarySlots in
-                    try headers.withUnsafeMutableBufferPointer { headerSlots in
-                        // Each iteration writes only its own slots.
-                        let slots = Unchecked((fileSlots, temporarySlots, headerSlots))
-                        try forEachObject(items.count) { i in
-                            let (fileSlots, temporarySlots, headerSlots) = slots.value
-                            let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
-                            let dataPath = dataPath(objectID)
-                            // One core per object: the batch already
-                            // spreads its objects over the cores, and a
-                            // writer's buffers grow with its workers.
-                            let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKeys[i]),
-                                                          chunkSize: options.chunkSize, workers: 1)
-                            // A small object's data goes into its header
-                            // file, and no data file is created.
-                            let written = try writer.write(from: items[i].source, inlineLimit: ObjectHeader.maxInlineDataLength, file: {
-                                let file = try DataFile.create(dataPath, fileSystem: fs)
-                                fileSlots[i] = (dataPath, file)
-                                // Until its header commits, the data file
-                                // is referenced by nothing; the lock tells
-                                // a verifier it is not garbage yet.
-                                try file.holdWriteLock()
-                                return file
-                            }, progress: nil, sync: false)
-                            let now = Self.now()
-                            var header = ObjectHeader(
-                                parentID: targets[i].parent.record.directoryID, name: items[i].path.name,
-                                protectionSource: targets[i].source, wrappedKey: wrapped[i]!, objectID: objectID,
-                                chunkSize: options.chunkSize, plaintextLength: written.result.plaintextLength,
-                                dataLength: written.result.dataLength, created: now, modified: now, headerMAC: [],
-                                inlineData: written.inlineData)
-                            header.headerMAC = try header.computeMAC(fileKey: fileKeys[i])
-                            let temporary = targets[i].fsPath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-                            try fs.writeNewFile(temporary, header.sealed(with: metadata))
-                            temporarySlots[i] = temporary
-                            // Written: the inline data need not stay in
-                            // memory for the rest of the batch.
-                            headerSlots[i] = header.droppingInlineData()
-                        }
-                    }
+            try written.withUnsafeMutableBufferPointer { buffer in
+                // Each iteration writes only its own slot.
+                let slots = Unchecked(buffer)
+                try forEachObject(items.count) { i in
+                    let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
+                    let dataPath = dataPath(objectID)
+                    // One core per object: the batch already spreads its
+                    // objects over the cores, and a writer's buffers grow
+                    // with its workers.
+                    let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKeys[i]),
+                                                  chunkSize: options.chunkSize, workers: 1)
+                    // A small object's data goes into its header file, and
+                    // no data file is created.
+                    let result = try writer.write(from: items[i].source, inlineLimit: ObjectHeader.maxInlineDataLength, file: {
+                        let file = try DataFile.create(dataPath, fileSystem: fs)
+                        slots.value[i].data = (dataPath, file)
+                        // Until its header commits, the data file is
+                        // referenced by nothing; the lock tells a verifier
+                        // it is not garbage yet.
+                        try file.holdWriteLock()
+                        return file
+                    }, progress: nil, sync: false)
+                    let now = Self.now()
+                    var header = ObjectHeader(
+                        parentID: targets[i].parent.record.directoryID, name: items[i].path.name,
+                        protectionSource: targets[i].source, wrappedKey: wrapped[i]!, objectID: objectID,
+                        chunkSize: options.chunkSize, plaintextLength: result.result.plaintextLength,
+                        dataLength: result.result.dataLength, created: now, modified: now, headerMAC: [],
+                        inlineData: result.inlineData)
+                    header.headerMAC = try header.computeMAC(fileKey: fileKeys[i])
+                    let temporary = targets[i].fsPath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+                    try fs.writeNewFile(temporary, header.sealed(with: metadata))
+                    slots.value[i].temporary = temporary
+                    // Written: the inline data need not stay in memory for
+                    // the rest of the batch.
+                    slots.value[i].header = header.droppingInlineData()
                 }
             }
             try fs.syncFileSystem(containing: dataDirectory)
@@ -177,24 +178,24 @@ extension Store {
                     }
                 case .missing: break
                 }
-                try fs.rename(temporaries[i]!, to: target.fsPath)
+                try fs.rename(written[i].temporary!, to: target.fsPath)
                 committed += 1
             }
             try fs.syncFileSystem(containing: dataDirectory)
         } catch {
             discard(from: committed)
-            for (_, file) in files.prefix(committed).compactMap({ $0 }) { file.close() }
+            for (_, file) in written.prefix(committed).compactMap(\.data) { file.close() }
             // What was committed stays; make it durable if the disk lets.
             try? fs.syncFileSystem(containing: dataDirectory)
             throw error
         }
-        for (_, file) in files.compactMap({ $0 }) { file.close() }
+        for (_, file) in written.compactMap(\.data) { file.close() }
         // The new names are durable: the replaced data can go.
         for objectID in replaced { try? fs.remove(dataPath(objectID), syncDirectory: false) }
 
         let status = try keys.status()
         return try items.indices.map { i in
-            try objectInfo(items[i].path, header: headers[i]!, headerPath: targets[i].fsPath, status: status)
+            try objectInfo(items[i].path, header: written[i].header!, headerPath: targets[i].fsPath, status: status)
         }
     }
 }

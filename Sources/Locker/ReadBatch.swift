@@ -57,7 +57,7 @@ extension Store {
     /// the disk, and each name and header is opened with AES-GCM).
     public func listForFetch(_ path: StorePath) throws -> FetchListing {
         let directory = try self.directory(at: path)
-        let names = try fs.contentsOfDirectory(directory.fsPath).filter { $0 != ".dir" && !Self.isTemporary($0) }
+        let names = try entryFileNames(of: directory)
         enum Found {
             case directory(StorePath)
             case object(StorePath, ObjectHeader, fsPath: String)
@@ -80,14 +80,13 @@ extension Store {
             try forEachObject(count) { i in
                 let fileName = names[start + i]
                 slots.value[i] = Result {
-                    let fsPath = directory.fsPath + "/" + fileName
-                    let isDirectory = try kind(of: fsPath) == .directory
-                    guard let name = entryName(fileName, at: fsPath, isDirectory: isDirectory, in: directory) else {
+                    let entry = try resolveEntry(fileName, in: directory)
+                    guard let itemPath = entry.path else {
                         throw StoreError.integrity(path: path.appending("?" + fileName).description, what: "name does not authenticate")
                     }
-                    let itemPath = path.appending(name)
-                    if isDirectory { return .directory(itemPath) }
-                    return .object(itemPath, try readHeader(fsPath, name: name, in: directory, path: itemPath), fsPath: fsPath)
+                    if entry.isDirectory { return .directory(itemPath) }
+                    return .object(itemPath, try readHeader(entry.fsPath, name: itemPath.name, in: directory, path: itemPath),
+                                   fsPath: entry.fsPath)
                 }
             }
             for i in 0..<count {

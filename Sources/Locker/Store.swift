@@ -667,12 +667,26 @@ public final class Store: @unchecked Sendable {
     func forEachEntry(of path: StorePath,
                       _ body: (StorePath?, _ fsPath: String, _ isDirectory: Bool, Directory) throws -> Void) throws {
         let directory = try self.directory(at: path)
-        for fileName in try fs.contentsOfDirectory(directory.fsPath) where fileName != ".dir" && !Self.isTemporary(fileName) {
-            let fsPath = directory.fsPath + "/" + fileName
-            let isDirectory = try kind(of: fsPath) == .directory
-            let name = entryName(fileName, at: fsPath, isDirectory: isDirectory, in: directory)
-            try body(name.map { path.appending($0) }, fsPath, isDirectory, directory)
+        for fileName in try entryFileNames(of: directory) {
+            let entry = try resolveEntry(fileName, in: directory)
+            try body(entry.path, entry.fsPath, entry.isDirectory, directory)
         }
+    }
+
+    /// The file names of a directory's entries: its record and
+    /// temporaries left out.
+    func entryFileNames(of directory: Directory) throws -> [String] {
+        try fs.contentsOfDirectory(directory.fsPath).filter { $0 != ".dir" && !Self.isTemporary($0) }
+    }
+
+    /// The entry stored as `fileName` in `directory`: its store path (nil
+    /// if its name does not authenticate), its file path, and whether it
+    /// is a directory.
+    func resolveEntry(_ fileName: String, in directory: Directory) throws -> (path: StorePath?, fsPath: String, isDirectory: Bool) {
+        let fsPath = directory.fsPath + "/" + fileName
+        let isDirectory = try kind(of: fsPath) == .directory
+        let name = entryName(fileName, at: fsPath, isDirectory: isDirectory, in: directory)
+        return (name.map { directory.storePath.appending($0) }, fsPath, isDirectory)
     }
 
     /// The entries of a directory, sorted by name.
