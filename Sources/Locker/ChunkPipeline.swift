@@ -85,6 +85,11 @@ final class IndexCounter: @unchecked Sendable {
             return value
         }
     }
+
+    /// Hands out nothing more.
+    func stop() {
+        lock.withLock { value = .max }
+    }
 }
 
 /// Carries a value into a concurrent closure whose safety the caller
@@ -446,6 +451,61 @@ final class ObjectReader {
                 if hi > lo { try sink(UnsafeRawBufferPointer(rebasing: plainBuffers[i].bytes[Int(lo)..<Int(hi)])) }
             }
             index += UInt64(n)
+        }
+    }
+
+    /// Sends the plaintext bytes in `range` to `sink`, each chunk's part
+    /// with its offset from `range.lowerBound`, from `width` threads at
+    /// once and in no particular order: each thread reads, opens and hands
+    /// over one chunk at a time, so output that can be written at an
+    /// offset is written from every core. Each chunk is authenticated
+    /// before its bytes reach the sink. On the first failure no further
+    /// chunk is started and the error is thrown; chunks already handed
+    /// over may be any subset of the range, so the caller discards its
+    /// output.
+    func read(_ range: Range<UInt64>, width: Int, at sink: (UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
+        // An empty read still authenticates the empty object's one chunk.
+        if range.isEmpty { return try read(range) { _ in } }
+        let chunkSize = UInt64(header.chunkSize)
+        let count = header.chunkCount
+        let first = range.lowerBound / chunkSize
+        let last = (range.upperBound - 1) / chunkSize
+        guard last < count else { throw StoreError.invalidPath("range past the end") }
+        let chunks = Int(last - first + 1)
+        let width = max(1, min(width, openers.count, chunks))
+        let maxRecord = ChunkLayout.maxRecordLength(chunkSize: header.chunkSize)
+        let next = IndexCounter()
+        try parallelFor(width, width: width) { worker in
+            let record = BufferPool.shared.take(maxRecord)
+            let plain = BufferPool.shared.take(Int(chunkSize))
+            var recordUsed = 0
+            var plainUsed = 0
+            defer {
+                BufferPool.shared.give(record, used: recordUsed)
+                BufferPool.shared.give(plain, used: plainUsed)
+            }
+            while let i = next.take(below: chunks) {
+                let chunk = first + UInt64(i)
+                let chunkStart = chunk * chunkSize
+                let recordLength = Int(lengths[Int(chunk)])
+                let plainLength = ChunkLayout.chunkLength(index: chunk, plaintextLength: header.plaintextLength,
+                                                          chunkSize: header.chunkSize)
+                recordUsed = max(recordUsed, recordLength)
+                plainUsed = max(plainUsed, plainLength)
+                do {
+                    let sealed = UnsafeMutableRawBufferPointer(rebasing: record.bytes[..<recordLength])
+                    try file.read(into: sealed, at: offsets[Int(chunk)])
+                    try openers[worker].open(sealed, index: chunk, isFinal: chunk == count - 1,
+                                             into: UnsafeMutableRawBufferPointer(rebasing: plain.bytes[..<plainLength]))
+                    let lo = max(range.lowerBound, chunkStart) - chunkStart
+                    let hi = min(range.upperBound, chunkStart + UInt64(plainLength)) - chunkStart
+                    try sink(chunkStart + lo - range.lowerBound, UnsafeRawBufferPointer(rebasing: plain.bytes[Int(lo)..<Int(hi)]))
+                } catch {
+                    // The other threads start no further chunk.
+                    next.stop()
+                    throw error
+                }
+            }
         }
     }
 }

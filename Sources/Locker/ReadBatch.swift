@@ -123,7 +123,9 @@ extension Store {
             else { return try read(prepared.path, into: sink) }
             header = again
         }
-        if try readData(prepared.path, header: header, fileKey: prepared.fileKey, range: nil, into: sink) { return }
+        if try readData(prepared.path, header: header, fileKey: prepared.fileKey, range: nil, { try $0.read($1, into: sink) }) {
+            return
+        }
         try read(prepared.path, into: sink)
     }
 

@@ -576,15 +576,38 @@ public final class Store: @unchecked Sendable {
         for attempt in 1... {
             let (_, _, header) = try object(at: path)
             let fileKey = try fileKey(for: header)
-            if try readData(path, header: header, fileKey: fileKey, range: range, into: sink) { return }
+            if try readData(path, header: header, fileKey: fileKey, range: range, { try $0.read($1, into: sink) }) { return }
             if attempt == 5 { throw StoreError.integrity(path: path.description, what: "data file missing") }
         }
     }
 
-    /// Reads the data `header` names with its file key. Returns false,
-    /// having sent nothing, if the data file is gone (replaced meanwhile).
+    /// Reads an object, or the bytes of `range` in it, as
+    /// ``read(_:range:into:)`` does, but hands each chunk's bytes to `sink`
+    /// with their offset from the start of the range, from one thread per
+    /// core at once and in no particular order. For output that can be
+    /// written at an offset (a regular file), which is then written from
+    /// every core. Each chunk is authenticated before its bytes reach the
+    /// sink; if this throws, any subset of the range may have been handed
+    /// over, and the caller discards its output.
+    public func read(_ path: StorePath, range: Range<UInt64>? = nil,
+                     at sink: @Sendable (UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
+        for attempt in 1... {
+            let (_, _, header) = try object(at: path)
+            let fileKey = try fileKey(for: header)
+            let width = options.workers
+            if try readData(path, header: header, fileKey: fileKey, range: range, { try $0.read($1, width: width, at: sink) }) {
+                return
+            }
+            if attempt == 5 { throw StoreError.integrity(path: path.description, what: "data file missing") }
+        }
+    }
+
+    /// Reads the data `header` names with its file key: `body` gets a
+    /// reader whose index is authenticated, and the range to read. Returns
+    /// false, without calling `body`, if the data file is gone (replaced
+    /// meanwhile).
     func readData(_ path: StorePath, header: ObjectHeader, fileKey: SecretBytes, range: Range<UInt64>?,
-                  into sink: (UnsafeRawBufferPointer) throws -> Void) throws -> Bool {
+                  _ body: (ObjectReader, Range<UInt64>) throws -> Void) throws -> Bool {
         do {
             try header.verifyMAC(fileKey: fileKey)
         } catch {
@@ -606,7 +629,7 @@ public final class Store: @unchecked Sendable {
         }
         do {
             let reader = try ObjectReader(header: header, fileKey: fileKey, file: file, workers: options.workers)
-            try reader.read(wanted, into: sink)
+            try body(reader, wanted)
         } catch is CryptoError {
             throw StoreError.integrity(path: path.description, what: "data")
         } catch is FormatError {

@@ -34,19 +34,38 @@ func readSource(_ fd: Int32) -> (UnsafeMutableRawBufferPointer) throws -> Int {
 }
 
 /// A progress line on stderr, for large transfers on a terminal.
-final class Progress {
+/// A progress bar on standard error, drawn at most ten times a second.
+/// Safe to update from several threads.
+final class Progress: @unchecked Sendable {
     private let total: UInt64?
     private let enabled: Bool
+    private let lock = NSLock()
     private var lastDraw = Date.distantPast
+    private var done: UInt64 = 0
 
     init(total: UInt64?, threshold: UInt64 = 16 << 20) {
         self.total = total
         enabled = isatty(STDERR_FILENO) == 1 && (total ?? threshold) >= threshold
     }
 
+    /// Counts `count` more bytes done.
+    func add(_ count: UInt64) {
+        guard enabled else { return }
+        let done = lock.withLock {
+            self.done += count
+            return self.done
+        }
+        update(done)
+    }
+
     func update(_ done: UInt64) {
-        guard enabled, Date().timeIntervalSince(lastDraw) > 0.1 else { return }
-        lastDraw = Date()
+        guard enabled else { return }
+        let draw = lock.withLock {
+            guard Date().timeIntervalSince(lastDraw) > 0.1 else { return false }
+            lastDraw = Date()
+            return true
+        }
+        guard draw else { return }
         let mib = Double(done) / 1_048_576
         var line = String(format: "\r%.1f MiB", mib)
         if let total, total > 0 {
@@ -280,12 +299,13 @@ struct Get: ParsableCommand {
         }
         let progress = Progress(total: wanted.map { $0.upperBound - $0.lowerBound } ?? info.size)
         defer { progress.finish() }
-        try writeLocalFile(target) { fd in
-            var done: UInt64 = 0
-            try store.read(source, range: wanted) { bytes in
-                try writeAll(fd, bytes, path: target)
-                done += UInt64(bytes.count)
-                progress.update(done)
+        let output = target
+        try writeLocalFile(output) { fd in
+            // Chunks are written where they belong, from every core: one
+            // thread writing fresh page-cache pages is what limits a fetch.
+            try store.read(source, range: wanted) { offset, bytes in
+                try writeAll(fd, bytes, at: offset, path: output)
+                progress.add(UInt64(bytes.count))
             }
         }
     }
@@ -448,6 +468,20 @@ func writeLocalFile(_ path: String, mode: mode_t = 0o600, _ body: (Int32) throws
         Foundation.close(fd)
         unlink(temporary)
         throw error
+    }
+}
+
+/// Writes all of `bytes` at `offset` (pwrite(2)); safe from several
+/// threads on one descriptor.
+func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: UInt64, path: String) throws {
+    var done = 0
+    while done < bytes.count {
+        let n = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
+        if n < 0 {
+            if errno == EINTR { continue }
+            throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))")
+        }
+        done += n
     }
 }
 

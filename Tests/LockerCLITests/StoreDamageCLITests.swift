@@ -31,7 +31,7 @@ struct StoreDamageCLITests {
                 let bytes = pseudoRandomBytes(size, seed: UInt64(1000 + i))
                 let path = "/sizes/s\(size)"
                 try f.put(path, bytes)
-                try Self.checkObject(f, path: path, bytes: bytes, toFile: i % 2 == 0)
+                try Self.checkObject(f, path: path, bytes: bytes)
             }
         }
     }
@@ -73,8 +73,10 @@ struct StoreDamageCLITests {
     }
 
     /// Checks `stat`, the whole object and every range of `ranges(size:)`,
-    /// and that a range past the end is a usage error.
-    static func checkObject(_ f: CLIFixture, path: String, bytes: Data, toFile: Bool) throws {
+    /// on standard output (written in order) and into a file (written at
+    /// offsets, from several threads), and that a range past the end is a
+    /// usage error.
+    static func checkObject(_ f: CLIFixture, path: String, bytes: Data) throws {
         let size = bytes.count
         let stat = try f.stat(path)
         #expect(stat.size == UInt64(size), "\(path)")
@@ -84,16 +86,17 @@ struct StoreDamageCLITests {
         let whole = try f.raw(["get", path])
         #expect(whole.status == 0, "\(whole)")
         #expect(whole.stdout == bytes, "\(path) returned \(whole.stdout.count) bytes")
-        if toFile {
-            let out = f.root + "/out-\(size)"
-            try f.ok(["get", path, out])
-            #expect(try fileBytes(out) == bytes, "\(path) into a file")
-            try FileManager.default.removeItem(atPath: out)
-        }
+        let out = f.root + "/out-\(size)"
+        try f.ok(["get", path, out])
+        #expect(try fileBytes(out) == bytes, "\(path) into a file")
+        try FileManager.default.removeItem(atPath: out)
         for range in ranges(size: size) {
             let r = try f.raw(["get", path, "--range", "\(range.lowerBound)-\(range.upperBound)"])
             #expect(r.status == 0, "\(r)")
             #expect(r.stdout == bytes[range], "\(path) range \(range) returned \(r.stdout.count) bytes")
+            try f.ok(["get", path, out, "--range", "\(range.lowerBound)-\(range.upperBound)"])
+            #expect(try fileBytes(out) == bytes[range], "\(path) range \(range) into a file")
+            try FileManager.default.removeItem(atPath: out)
         }
         for past in ["\(size)-\(size)", "0-\(size)", "\(size + 10)-\(size + 20)"] + (size == 0 ? ["0-"] : []) {
             let r = try f.raw(["get", path, "--range", past])
@@ -131,6 +134,8 @@ struct StoreDamageCLITests {
         #expect(toFile.status == 65, "\(what): \(toFile)", sourceLocation: sourceLocation)
         #expect(!FileManager.default.fileExists(atPath: out), "\(what): a damaged get wrote \(out)",
                 sourceLocation: sourceLocation)
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: f.root).filter { $0.hasPrefix(".locker-") }
+        #expect(leftovers.isEmpty, "\(what): a damaged get left \(leftovers)", sourceLocation: sourceLocation)
         try restore()
         let back = try f.raw(["get", path])
         #expect(back.status == 0 && back.stdout == truth, "\(what): not intact after restoring: \(back)",
@@ -259,6 +264,14 @@ struct StoreDamageCLITests {
             try flipBit(longData, at: 8 * (storeChunk + 17) + 50)
             let partial = try f.raw(["get", "/long"])
             Self.expectIntegrityFailure(partial, truth: long, prefixAllowed: true)
+            // Into a file, chunks are written at their offsets from several
+            // threads: the whole fetch is refused and nothing is left,
+            // neither the file nor its temporary.
+            let out = f.root + "/long.out"
+            let toFile = try f.raw(["get", "/long", out])
+            #expect(toFile.status == 65 && toFile.stderr.contains("integrity failure"), "\(toFile)")
+            #expect(!FileManager.default.fileExists(atPath: out))
+            #expect(try FileManager.default.contentsOfDirectory(atPath: f.root).filter { $0.hasPrefix(".locker-") }.isEmpty)
             try flipBit(longData, at: 8 * (storeChunk + 17) + 50)
             #expect(try f.raw(["get", "/long"]).stdout == long)
         }
