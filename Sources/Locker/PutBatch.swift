@@ -56,9 +56,22 @@ extension Store {
     /// version or its new one, and what was written for the others is
     /// garbage that `verify --repair` removes. At most
     /// ``maxBatchCount`` items; a path may appear once.
+    ///
+    /// The same as ``commit(_:)`` of ``stageBatch(_:)``.
     @discardableResult
     public func putBatch(_ items: [PutBatchItem]) throws -> [ObjectInfo] {
-        guard !items.isEmpty else { return [] }
+        try commit(stageBatch(items))
+    }
+
+    /// The first half of ``putBatch(_:)``: writes the batch's data files
+    /// and new headers beside their targets, none of them synced or in
+    /// place. Nothing a reader sees changes. The batch is then committed
+    /// with ``commit(_:)``, which may run on another thread while the next
+    /// batch is staged; a batch released uncommitted removes what it wrote.
+    /// A staged batch holds one descriptor per data file until it is
+    /// committed or released.
+    public func stageBatch(_ items: [PutBatchItem]) throws -> StagedBatch {
+        guard !items.isEmpty else { return StagedBatch(fileSystem: fs, objects: []) }
         guard items.count <= Self.maxBatchCount else { throw StoreError.invalidPath("more than \(Self.maxBatchCount) objects in one batch") }
         guard Set(items.map(\.path)).count == items.count else { throw StoreError.invalidPath("the same path twice in one batch") }
 
@@ -99,64 +112,64 @@ extension Store {
         // Data files and new headers, none synced yet, several objects at
         // once: a small object is one chunk, sealed on one core, so the
         // cores share the objects instead. Each slot holds what its object
-        // has written, for the commit or for cleaning up after a failure.
-        struct Written {
-            var data: (path: String, file: DataFile)?
-            var temporary: String?
-            var header: ObjectHeader?
-        }
-        var written = [Written](repeating: Written(), count: items.count)
-        func discard(from first: Int) {
-            for slot in written.dropFirst(first) {
-                if let temporary = slot.temporary { try? fs.remove(temporary, syncDirectory: false) }
-                if let (path, file) = slot.data {
-                    file.close()
-                    try? fs.remove(path, syncDirectory: false)
-                }
+        // has written, for the commit or for cleaning up after a failure
+        // (the batch's deinit).
+        let batch = StagedBatch(fileSystem: fs, objects: items.indices.map {
+            StagedBatch.Object(path: items[$0].path, parent: targets[$0].parent, fsPath: targets[$0].fsPath)
+        })
+        try batch.objects.withUnsafeMutableBufferPointer { buffer in
+            // Each iteration writes only its own slot.
+            let slots = Unchecked(buffer)
+            try forEachObject(items.count) { i in
+                let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
+                let dataPath = dataPath(objectID)
+                // One core per object: the batch already spreads its
+                // objects over the cores, and a writer's buffers grow
+                // with its workers.
+                let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKeys[i]),
+                                              chunkSize: options.chunkSize, workers: 1)
+                // A small object's data goes into its header file, and
+                // no data file is created.
+                let result = try writer.write(from: items[i].source, inlineLimit: ObjectHeader.maxInlineDataLength, file: {
+                    let file = try DataFile.create(dataPath, fileSystem: fs)
+                    slots.value[i].data = (dataPath, file)
+                    // Until its header commits, the data file is
+                    // referenced by nothing; the lock tells a verifier
+                    // it is not garbage yet.
+                    try file.holdWriteLock()
+                    return file
+                }, progress: nil, sync: false)
+                let now = Self.now()
+                var header = ObjectHeader(
+                    parentID: targets[i].parent.record.directoryID, name: items[i].path.name,
+                    protectionSource: targets[i].source, wrappedKey: wrapped[i]!, objectID: objectID,
+                    chunkSize: options.chunkSize, plaintextLength: result.result.plaintextLength,
+                    dataLength: result.result.dataLength, created: now, modified: now, headerMAC: [],
+                    inlineData: result.inlineData)
+                header.headerMAC = try header.computeMAC(fileKey: fileKeys[i])
+                let temporary = targets[i].fsPath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+                try fs.writeNewFile(temporary, header.sealed(with: metadata))
+                slots.value[i].temporary = temporary
+                // Written: the inline data need not stay in memory for
+                // the rest of the batch.
+                slots.value[i].header = header.droppingInlineData()
             }
         }
+        return batch
+    }
+
+    /// The second half of ``putBatch(_:)``: syncs the file system, renames
+    /// each staged header into place under the store lock, and syncs
+    /// again. A batch is committed once.
+    @discardableResult
+    public func commit(_ batch: StagedBatch) throws -> [ObjectInfo] {
+        guard !batch.objects.isEmpty else { return [] }
+        guard !batch.isFinished else { throw StoreError.invalidPath("a staged batch is committed once") }
+        batch.isFinished = true
         do {
-            try written.withUnsafeMutableBufferPointer { buffer in
-                // Each iteration writes only its own slot.
-                let slots = Unchecked(buffer)
-                try forEachObject(items.count) { i in
-                    let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
-                    let dataPath = dataPath(objectID)
-                    // One core per object: the batch already spreads its
-                    // objects over the cores, and a writer's buffers grow
-                    // with its workers.
-                    let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKeys[i]),
-                                                  chunkSize: options.chunkSize, workers: 1)
-                    // A small object's data goes into its header file, and
-                    // no data file is created.
-                    let result = try writer.write(from: items[i].source, inlineLimit: ObjectHeader.maxInlineDataLength, file: {
-                        let file = try DataFile.create(dataPath, fileSystem: fs)
-                        slots.value[i].data = (dataPath, file)
-                        // Until its header commits, the data file is
-                        // referenced by nothing; the lock tells a verifier
-                        // it is not garbage yet.
-                        try file.holdWriteLock()
-                        return file
-                    }, progress: nil, sync: false)
-                    let now = Self.now()
-                    var header = ObjectHeader(
-                        parentID: targets[i].parent.record.directoryID, name: items[i].path.name,
-                        protectionSource: targets[i].source, wrappedKey: wrapped[i]!, objectID: objectID,
-                        chunkSize: options.chunkSize, plaintextLength: result.result.plaintextLength,
-                        dataLength: result.result.dataLength, created: now, modified: now, headerMAC: [],
-                        inlineData: result.inlineData)
-                    header.headerMAC = try header.computeMAC(fileKey: fileKeys[i])
-                    let temporary = targets[i].fsPath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-                    try fs.writeNewFile(temporary, header.sealed(with: metadata))
-                    slots.value[i].temporary = temporary
-                    // Written: the inline data need not stay in memory for
-                    // the rest of the batch.
-                    slots.value[i].header = header.droppingInlineData()
-                }
-            }
             try fs.syncFileSystem(containing: dataDirectory)
         } catch {
-            discard(from: 0)
+            batch.discard(from: 0)
             throw error
         }
 
@@ -166,36 +179,79 @@ extension Store {
         do {
             let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
-            for (i, item) in items.enumerated() {
-                let target = targets[i]
-                switch try kind(of: target.fsPath) {
-                case .directory: throw StoreError.isADirectory(item.path.description)
+            for object in batch.objects {
+                switch try kind(of: object.fsPath) {
+                case .directory: throw StoreError.isADirectory(object.path.description)
                 case .object:
                     // Only a replaced data file needs removing afterwards.
-                    if let old = try? readHeader(target.fsPath, name: item.path.name, in: target.parent, path: item.path),
+                    if let old = try? readHeader(object.fsPath, name: object.path.name, in: object.parent, path: object.path),
                        !old.isInline {
                         replaced.append(old.objectID)
                     }
                 case .missing: break
                 }
-                try fs.rename(written[i].temporary!, to: target.fsPath)
+                try fs.rename(object.temporary!, to: object.fsPath)
                 committed += 1
             }
             try fs.syncFileSystem(containing: dataDirectory)
         } catch {
-            discard(from: committed)
-            for (_, file) in written.prefix(committed).compactMap(\.data) { file.close() }
+            batch.discard(from: committed)
+            for (_, file) in batch.objects.prefix(committed).compactMap(\.data) { file.close() }
             // What was committed stays; make it durable if the disk lets.
             try? fs.syncFileSystem(containing: dataDirectory)
             throw error
         }
-        for (_, file) in written.compactMap(\.data) { file.close() }
+        for (_, file) in batch.objects.compactMap(\.data) { file.close() }
         // The new names are durable: the replaced data can go.
         for objectID in replaced { try? fs.remove(dataPath(objectID), syncDirectory: false) }
 
         let status = try keys.status()
-        return try items.indices.map { i in
-            try objectInfo(items[i].path, header: written[i].header!, headerPath: targets[i].fsPath, status: status)
+        return try batch.objects.map { object in
+            try objectInfo(object.path, header: object.header!, headerPath: object.fsPath, status: status)
+        }
+    }
+}
+
+/// A batch of objects written by ``Store/stageBatch(_:)`` and not yet
+/// committed: data files and headers beside their targets, not synced and
+/// not in place. Released uncommitted, it removes them.
+public final class StagedBatch: @unchecked Sendable {
+    /// What one object has written.
+    struct Object {
+        let path: StorePath
+        let parent: Store.Directory
+        /// Where its header goes.
+        let fsPath: String
+        var data: (path: String, file: DataFile)?
+        var temporary: String?
+        var header: ObjectHeader?
+    }
+
+    private let fileSystem: FileSystem
+    var objects: [Object]
+    /// Committed, or the commit failed and cleaned up.
+    var isFinished = false
+
+    init(fileSystem: FileSystem, objects: [Object]) {
+        self.fileSystem = fileSystem
+        self.objects = objects
+    }
+
+    /// How many objects the batch holds.
+    public var count: Int { objects.count }
+
+    deinit {
+        if !isFinished { discard(from: 0) }
+    }
+
+    /// Removes what the objects from `first` on have written.
+    func discard(from first: Int) {
+        for object in objects.dropFirst(first) {
+            if let temporary = object.temporary { try? fileSystem.remove(temporary, syncDirectory: false) }
+            if let (path, file) = object.data {
+                file.close()
+                try? fileSystem.remove(path, syncDirectory: false)
+            }
         }
     }
 }

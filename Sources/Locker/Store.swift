@@ -309,6 +309,83 @@ public final class Store: @unchecked Sendable {
         return try directoryInfo(path)
     }
 
+    /// Creates every directory of `paths` that is missing, with its
+    /// missing parents, as ``makeDirectory(_:defaultClass:parents:)`` with
+    /// `parents` would each, but with the durability bought at once: each
+    /// new subtree is built in a temporary directory beside its place, the
+    /// file system is synced, each subtree is renamed into place, and the
+    /// file system is synced again. Creating many directories this way
+    /// (importing a tree) costs two syncs instead of three per directory.
+    ///
+    /// Each new subtree appears whole or not at all; what a failure or a
+    /// crash leaves is garbage that `verify --repair` removes. An object
+    /// in the way throws ``StoreError/notADirectory(_:)`` before anything
+    /// is created.
+    public func makeDirectories(_ paths: [StorePath]) throws {
+        var wanted = Set<StorePath>()
+        for path in paths {
+            var current = path
+            while !current.isRoot, wanted.insert(current).inserted { current = current.parent }
+        }
+        // Parents before their children.
+        let ordered = wanted.sorted { ($0.components.count, $0.description) < ($1.components.count, $1.description) }
+        let lock = try lockStore()
+        defer { withExtendedLifetime(lock) {} }
+        var directories: [StorePath: Directory] = [.root: try rootDirectory()]
+        // Where a new directory is until its subtree is renamed into place.
+        var building: [StorePath: String] = [:]
+        var subtrees: [(temporary: String, fsPath: String)] = []
+        var records: [(fsPath: String, record: DirectoryRecord)] = []
+        for path in ordered {
+            let parent = directories[path.parent]!
+            let fsPath = try entryPath(path.name, in: parent)
+            if building[path.parent] == nil {
+                switch try kind(of: fsPath) {
+                case .object: throw StoreError.notADirectory(path.description)
+                case .directory:
+                    directories[path] = Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: path), storePath: path)
+                    continue
+                case .missing:
+                    let temporary = parent.fsPath + "/.tmp-dir-" + UUID().uuidString
+                    building[path] = temporary
+                    subtrees.append((temporary, fsPath))
+                }
+            } else {
+                building[path] = building[path.parent]! + "/" + (fsPath as NSString).lastPathComponent
+            }
+            let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), name: path.name, defaultClass: nil, created: Self.now())
+            records.append((building[path]!, record))
+            directories[path] = Directory(fsPath: fsPath, record: record, storePath: path)
+        }
+        guard !subtrees.isEmpty else { return }
+        var published = 0
+        do {
+            for (fsPath, record) in records {
+                try fs.createDirectory(fsPath, mode: 0o700)
+                try fs.writeNewFile(fsPath + "/.dir", record.sealed(with: metadata))
+            }
+            try fs.syncFileSystem(containing: namespaceRoot)
+            for subtree in subtrees {
+                try fs.rename(subtree.temporary, to: subtree.fsPath)
+                published += 1
+            }
+            try fs.syncFileSystem(containing: namespaceRoot)
+        } catch {
+            for subtree in subtrees.dropFirst(published) { try? removeTree(subtree.temporary) }
+            throw error
+        }
+    }
+
+    /// Removes a file, or a directory and everything in it.
+    func removeTree(_ fsPath: String) throws {
+        if try fs.status(fsPath)?.isDirectory == true {
+            for name in try fs.contentsOfDirectory(fsPath) { try removeTree(fsPath + "/" + name) }
+            try fs.removeDirectory(fsPath)
+        } else {
+            try fs.remove(fsPath)
+        }
+    }
+
     /// Creates the directory in a temporary name with its record inside,
     /// then renames it into place, so that no directory is ever seen
     /// without its record.

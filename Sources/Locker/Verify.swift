@@ -179,22 +179,13 @@ extension Store {
 
         if repair {
             for item in report.garbage {
-                try removeGarbage(path + "/" + item)
+                // A directory left by an interrupted mkdir or rm is outside
+                // the namespace, so everything in it is garbage too.
+                try removeTree(path + "/" + item)
                 report.removed.append(item)
             }
         }
         return report
-    }
-
-    /// Removes a garbage file, or a directory left by an interrupted mkdir
-    /// or rm (outside the namespace, so everything in it is garbage too).
-    private func removeGarbage(_ fsPath: String) throws {
-        if try fs.status(fsPath)?.isDirectory == true {
-            for name in try fs.contentsOfDirectory(fsPath) { try removeGarbage(fsPath + "/" + name) }
-            try fs.removeDirectory(fsPath)
-        } else {
-            try fs.remove(fsPath)
-        }
     }
 
     func relative(_ fsPath: String) -> String {

@@ -167,19 +167,44 @@ struct Put: ParsableCommand {
         return max(1, min(Store.maxBatchCount, room))
     }
 
+    /// Stores a local tree. Small files go in batches, and batches are
+    /// pipelined: while one is committed on another thread (a sync, the
+    /// renames under the store lock, a sync: mostly waiting on the disk or
+    /// in one thread), the next is read, sealed and staged on every core.
+    /// A failure stops the import after the batch being committed ends.
     func importTree(_ store: Store, from local: String, to target: StorePath) throws -> Int {
-        let batchCount = Self.batchCount()
+        // Two batches hold their data files open at once: one being
+        // committed, one being staged.
+        let batchCount = max(1, Self.batchCount() / 2)
         var count = 0
         var pending: [PutBatchItem] = []
         var pendingBytes: UInt64 = 0
+        let committer = BatchCommitter(store)
+        defer { _ = try? committer.wait() }
         func flush() throws {
             guard !pending.isEmpty else { return }
-            count += try store.putBatch(pending).count
+            let staged = try store.stageBatch(pending)
             pending.removeAll(keepingCapacity: true)
             pendingBytes = 0
+            count += try committer.wait()
+            committer.start(staged)
         }
+        // The tree's directories first, all created with two syncs.
+        var directories: [StorePath] = [target]
+        func collect(_ local: String, _ target: StorePath) throws {
+            for name in try FileManager.default.contentsOfDirectory(atPath: local) {
+                var st = stat()
+                guard stat(local + "/" + name, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { continue }
+                directories.append(target.appending(name))
+                try collect(local + "/" + name, target.appending(name))
+            }
+        }
+        try collect(local, target)
+        try store.makeDirectories(directories)
+        let created = Set(directories)
         func visit(_ local: String, _ target: StorePath) throws {
-            try store.makeDirectory(target, parents: true)
+            // One that appeared since is made on its own.
+            if !created.contains(target) { try store.makeDirectory(target, parents: true) }
             for name in try FileManager.default.contentsOfDirectory(atPath: local).sorted() {
                 let localPath = local + "/" + name
                 var st = stat()
@@ -202,7 +227,38 @@ struct Put: ParsableCommand {
         }
         try visit(local, target)
         try flush()
+        count += try committer.wait()
         return count
+    }
+}
+
+/// Commits staged batches one at a time on a thread of its own.
+final class BatchCommitter: @unchecked Sendable {
+    private let store: Store
+    private let done = DispatchGroup()
+    // Written by the committing thread before it leaves `done`, read by
+    // the caller after waiting on it.
+    private var result: Result<Int, any Error> = .success(0)
+
+    init(_ store: Store) { self.store = store }
+
+    /// Starts committing `batch`; the previous commit must have been
+    /// waited for.
+    func start(_ batch: StagedBatch) {
+        done.enter()
+        Thread { [self] in
+            result = Result { try store.commit(batch).count }
+            done.leave()
+        }.start()
+    }
+
+    /// Waits for the commit under way, if any, and returns how many
+    /// objects it stored, or throws its error.
+    @discardableResult
+    func wait() throws -> Int {
+        done.wait()
+        defer { result = .success(0) }
+        return try result.get()
     }
 }
 
@@ -314,13 +370,15 @@ struct Get: ParsableCommand {
     /// directory, their keys unwrapped together, and each is written to a
     /// temporary file beside its target; once 4,096 are waiting (and at
     /// the end), one sync of each file system written to makes them
-    /// durable before they are renamed into place, and a last sync makes
-    /// the renames durable. Every file is whole or absent.
+    /// durable before they are renamed into place, on a thread of its own
+    /// while the next files are fetched, and a last sync makes the renames
+    /// durable. Every file is whole or absent.
     func exportTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
-        var export = TreeExport()
+        let export = TreeExport()
         do {
-            try exportDirectory(store, from: source, to: local, &export)
-            try export.commit()
+            try exportDirectory(store, from: source, to: local, export)
+            try export.commitWaiting()
+            try export.finishCommit()
         } catch {
             export.discard()
             throw error
@@ -329,22 +387,22 @@ struct Get: ParsableCommand {
         return export.count
     }
 
-    private func exportDirectory(_ store: Store, from source: StorePath, to local: String, _ export: inout TreeExport) throws {
+    private func exportDirectory(_ store: Store, from source: StorePath, to local: String, _ export: TreeExport) throws {
         try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
         export.noteDirectory(local)
         // One pass over the directory: each header is read once.
         let listing = try store.listForFetch(source)
         for directory in listing.directories {
-            try exportDirectory(store, from: directory, to: local + "/" + directory.name, &export)
+            try exportDirectory(store, from: directory, to: local + "/" + directory.name, export)
         }
         let objects = listing.objects
         for start in stride(from: 0, to: objects.count, by: 256) {
             let group = try store.prepareReads(Array(objects[start..<min(objects.count, start + 256)]))
             // Both cores: a small object is one chunk, decrypted on one.
             let results = fetchGroup(store, group, into: local)
-            export.waiting += results.compactMap { $0.written }
+            export.add(results.compactMap { $0.written })
             if let failure = results.lazy.compactMap({ $0.error }).first { throw failure }
-            if export.waiting.count >= 4096 { try export.commit() }
+            if export.waitingCount >= 4096 { try export.commitWaiting() }
         }
     }
 
@@ -383,50 +441,97 @@ struct Get: ParsableCommand {
 }
 
 /// The files of a `get -r` written but not yet renamed into place, and
-/// the file systems written to.
-struct TreeExport {
-    var waiting: [(temporary: String, target: String)] = []
-    var count = 0
+/// the file systems written to. Waiting files are committed (a sync of
+/// each file system, then the renames) on a thread of its own, one group
+/// at a time, while the caller writes the next ones.
+final class TreeExport: @unchecked Sendable {
+    private var waiting: [(temporary: String, target: String)] = []
     /// One directory per file system written to (by device number).
     private var fileSystems: [UInt64: String] = [:]
-    private var renamed = false
+    private let done = DispatchGroup()
+    // The group being committed, the files renamed and the first error:
+    // the committing thread's until it leaves `done`, the caller's after
+    // waiting on it.
+    private var committing: [(temporary: String, target: String)] = []
+    private var error: (any Error)?
+    private var renamed = 0
 
-    mutating func noteDirectory(_ path: String) {
+    /// Files renamed into place.
+    var count: Int {
+        done.wait()
+        return renamed
+    }
+
+    var waitingCount: Int { waiting.count }
+
+    func add(_ files: [(temporary: String, target: String)]) { waiting += files }
+
+    func noteDirectory(_ path: String) {
         var st = stat()
         if stat(path, &st) == 0, fileSystems[UInt64(st.st_dev)] == nil { fileSystems[UInt64(st.st_dev)] = path }
     }
 
-    /// Syncs, then renames every waiting file into place.
-    mutating func commit() throws {
+    /// Starts committing the waiting files, once the commit under way
+    /// has ended (whose error it throws).
+    func commitWaiting() throws {
+        try finishCommit()
         guard !waiting.isEmpty else { return }
-        for directory in fileSystems.values {
+        committing = waiting
+        waiting.removeAll()
+        let directories = Array(fileSystems.values)
+        done.enter()
+        Thread { [self] in
+            do {
+                try commit(syncing: directories)
+            } catch {
+                self.error = error
+            }
+            done.leave()
+        }.start()
+    }
+
+    /// Waits for the commit under way, if any; throws its error.
+    func finishCommit() throws {
+        done.wait()
+        if let error {
+            self.error = nil
+            throw error
+        }
+    }
+
+    /// Syncs, then renames each file being committed into place; on a
+    /// failure, what is left in `committing` is what was not renamed.
+    private func commit(syncing directories: [String]) throws {
+        for directory in directories {
             do {
                 try FileSystem().syncFileSystem(containing: directory)
             } catch {
                 throw CommandFailure(.failure, "cannot write into \(directory): \(error)")
             }
         }
-        for (i, (temporary, target)) in waiting.enumerated() {
+        for (i, (temporary, target)) in committing.enumerated() {
             guard rename(temporary, target) == 0 else {
                 let message = "cannot write \(target): \(String(cString: strerror(errno)))"
-                waiting.removeFirst(i)
+                committing.removeFirst(i)
                 throw CommandFailure(.failure, message)
             }
-            renamed = true
-            count += 1
+            renamed += 1
         }
-        waiting.removeAll()
+        committing.removeAll()
     }
 
-    /// Removes the files not renamed into place.
-    mutating func discard() {
-        for (temporary, _) in waiting { unlink(temporary) }
+    /// Removes the files not renamed into place, after the commit under
+    /// way ends.
+    func discard() {
+        done.wait()
+        for (temporary, _) in committing + waiting { unlink(temporary) }
+        committing.removeAll()
         waiting.removeAll()
     }
 
     /// Makes the renames durable (best effort: each file is already whole).
     func syncRenames() {
-        guard renamed else { return }
+        guard count > 0 else { return }
         for directory in fileSystems.values { syncFileSystem(directory) }
     }
 }

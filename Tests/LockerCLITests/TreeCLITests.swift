@@ -9,11 +9,12 @@ import Glibc
 /// puts; the fetched tree equals the original; nothing temporary is left.
 @Suite("locker put -r and get -r, end to end")
 struct TreeCLITests {
-    /// A local tree: 300 small files in /many (more than two batches), a
+    /// A local tree: 600 small files in /many (at least three batches, so
+    /// that one is staged while another commits), a
     /// nested directory, an empty one, and one 5 MiB file (stored alone).
     private func makeTree(_ root: String, version: Int) throws -> [String: Data] {
         var files: [String: Data] = [:]
-        for i in 0..<300 { files["many/f\(i)"] = sampleBytes("v\(version)-many-\(i)", size: 1 + (i * 131) % 16_000) }
+        for i in 0..<600 { files["many/f\(i)"] = sampleBytes("v\(version)-many-\(i)", size: 1 + (i * 131) % 16_000) }
         for i in 0..<20 { files["secret/deeper/s\(i)"] = sampleBytes("v\(version)-secret-\(i)", size: 100 + i) }
         files["big.bin"] = pseudoRandomBytes(5 << 20, seed: UInt64(version))
         files["empty-file"] = Data()
@@ -96,6 +97,47 @@ struct TreeCLITests {
             let refused = try f.raw(["put", "-r", local + "/secret", "/t/secret2", "--class", "A"])
             expectProtectedDataUnavailable(refused)
             #expect(f.storedData() == before && f.headerFiles().count == headersBefore)
+        }
+    }
+
+    /// A tree of more than 4,096 objects is fetched in several commits,
+    /// each on a thread of its own while the next files are written. A
+    /// damaged object fetched after the first commit began fails the
+    /// fetch with 65: every file in DEST is whole, and no temporary is
+    /// left, whether its commit had started or not.
+    @Test func largeTreeFetchCommitsInGroupsAndFailsCleanly() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = f.root + "/tree"
+            try FileManager.default.createDirectory(atPath: local + "/many", withIntermediateDirectories: true)
+            func content(_ i: Int) -> Data { sampleBytes("large-tree-\(i)", size: 1 + i % 200) }
+            for i in 0..<4300 {
+                #expect(FileManager.default.createFile(atPath: local + "/many/f\(i)", contents: content(i)))
+            }
+            try f.ok(["put", "-r", local, "/t"], timeout: 120)
+            let out = f.root + "/out"
+            let whole = try f.ok(["get", "-r", "/t", out], timeout: 120)
+            #expect(whole.stdout.contains("Fetched 4300 objects"), "\(whole)")
+            #expect(localFiles(out + "/many").count == 4300)
+            for i in stride(from: 0, to: 4300, by: 97) {
+                #expect(FileManager.default.contents(atPath: out + "/many/f\(i)") == content(i))
+            }
+            try FileManager.default.removeItem(atPath: out)
+
+            // /t's own objects are fetched after its subdirectories.
+            let damaged = try f.putInline("/t/zlast", sampleBytes("zlast", size: 300))
+            try flipBit(damaged, at: fileSize(damaged) - 5)
+            let failed = try f.raw(["get", "-r", "/t", out], timeout: 120)
+            #expect(failed.status == 65 && failed.stderr.contains("integrity failure"), "\(failed)")
+            let present = localFiles(out)
+            #expect(present.filter { $0.contains(".locker-") }.isEmpty, "temporaries left")
+            #expect(!present.contains("zlast"))
+            let fetched = localFiles(out + "/many")
+            #expect(!fetched.isEmpty, "no group was committed before the failure")
+            for name in fetched {
+                let i = try #require(Int(name.dropFirst()))
+                #expect(FileManager.default.contents(atPath: out + "/many/" + name) == content(i), "\(name)")
+            }
         }
     }
 }

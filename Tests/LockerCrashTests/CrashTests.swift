@@ -75,7 +75,7 @@ enum CrashOperation: String, CaseIterable, Sendable {
         switch self {
         case .putNew: "put (new path)"
         case .putReplace: "put (replace, new size)"
-        case .putTree: "put -r (batch of 40)"
+        case .putTree: "put -r (40 files, 10 in a subtree)"
         case .rm: "rm"
         case .mv: "mv (object)"
         case .mvDirectory: "mv (directory, long names)"
@@ -422,24 +422,30 @@ final class Campaign {
                 summary: "replace \(path) (\(old.count) bytes, \(state.model[path]!.protection)) with \(data.count) bytes (\(protection))",
                 scratch: [local])
         case .putTree:
-            // 40 files of 1 byte to 20 KB; after the first run each one
-            // replaces the object of the run before.
+            // 40 files of 1 byte to 20 KB: 30 at the top, 10 two levels down
+            // in one of 8 subtrees, new in the store the first time it is
+            // drawn (so the directories are created with the objects).
+            // Each replaces the object of an earlier run at its path.
             let directory = state.fixture.scratchPath("tree")
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            let subtree = "sub\(g.next() % 8)"
+            try FileManager.default.createDirectory(atPath: directory + "/" + subtree + "/deep", withIntermediateDirectories: true)
             let protection: String? = g.next() % 4 == 0 ? nil : randomClass()
             var after = state.model
+            var files: [String] = []
             for i in 0..<40 {
                 let data = bytes(1 + Int(g.next() % 20_000), &g)
-                guard FileManager.default.createFile(atPath: directory + "/f\(i)", contents: data) else {
-                    throw HarnessError("cannot write \(directory)/f\(i)")
+                let relative = i < 30 ? "f\(i)" : subtree + "/deep/g\(i)"
+                guard FileManager.default.createFile(atPath: directory + "/" + relative, contents: data) else {
+                    throw HarnessError("cannot write \(directory)/\(relative)")
                 }
-                after["/t/tree/f\(i)"] = Entry(protection: protection ?? storeDefaultClass, content: .bytes(data))
+                files.append(directory + "/" + relative)
+                after["/t/tree/" + relative] = Entry(protection: protection ?? storeDefaultClass, content: .bytes(data))
             }
             var prepared = Prepared(
                 arguments: ["put", "-r", directory, "/t/tree"] + (protection.map { ["--class", $0] } ?? []), stdin: nil,
                 before: state.model, after: after,
-                summary: "put -r of 40 files (\(protection ?? "default class")) into /t/tree",
-                scratch: (0..<40).map { directory + "/f\($0)" } + [directory])
+                summary: "put -r of 40 files (\(protection ?? "default class")) into /t/tree, 10 in /t/tree/\(subtree)/deep",
+                scratch: files + [directory + "/" + subtree + "/deep", directory + "/" + subtree, directory])
             prepared.perObject = true
             return prepared
         case .rm:

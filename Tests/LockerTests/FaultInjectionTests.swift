@@ -20,6 +20,17 @@ private let fastCost = PasscodeCost.fixed(logN: 10)
 private let chunk = 16 << 10
 private let longName = String(repeating: "long-directory-name-", count: 8)
 
+/// A batch item that stores `data` at `path`.
+private func item(_ path: String, _ data: [UInt8]) -> PutBatchItem {
+    var offset = 0
+    return PutBatchItem(path: try! StorePath(path)) { buffer in
+        let n = min(buffer.count, data.count - offset)
+        buffer.copyBytes(from: data[offset..<(offset + n)])
+        offset += n
+        return n
+    }
+}
+
 /// One operation on a store, and whether the fault covers opening it.
 private struct StoreOperation {
     let name: String
@@ -130,17 +141,28 @@ private func errorKind(_ error: any Error) -> String? {
 
     @Test func putBatch() throws {
         try exercise(StoreOperation(name: "put batch", perObject: true) { store in
-            func item(_ path: String, _ data: [UInt8]) -> PutBatchItem {
-                var offset = 0
-                return PutBatchItem(path: try! StorePath(path)) { buffer in
-                    let n = min(buffer.count, data.count - offset)
-                    buffer.copyBytes(from: data[offset..<(offset + n)])
-                    offset += n
-                    return n
-                }
-            }
             try store.putBatch([item("/d/new", bytes(2 * chunk, seed: 5)), item("/d/obj", bytes(100, seed: 6)),
                                 item("/e/new", bytes(10, seed: 7))])
+        })
+    }
+
+    @Test func putBatchStagedThenCommitted() throws {
+        // Staged, the next batch staged while the first is not yet
+        // committed (as `put -r` pipelines them), then both committed.
+        try exercise(StoreOperation(name: "staged batches", perObject: true) { store in
+            let first = try store.stageBatch([item("/d/new", bytes(2 * chunk, seed: 8)), item("/e/new", bytes(10, seed: 9))])
+            let second = try store.stageBatch([item("/d/obj", bytes(100, seed: 10))])
+            try store.commit(first)
+            try store.commit(second)
+        })
+    }
+
+    @Test func makeDirectories() throws {
+        // New subtrees under the root and under existing directories, and
+        // directories that exist already.
+        try exercise(StoreOperation(name: "make directories", perObject: true) { store in
+            try store.makeDirectories([StorePath("/fresh/a/b"), StorePath("/fresh/c"), StorePath("/d/new"),
+                                       StorePath("/d/sub"), StorePath("/e/x/y")])
         })
     }
 

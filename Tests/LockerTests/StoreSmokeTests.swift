@@ -127,4 +127,113 @@ import Testing
             #expect(piece.offset != UInt64(40 * chunk), "the damaged chunk was handed over")
         }
     }
+
+    /// A store on a fresh device, removed at the end of `body`.
+    static func withStore(_ body: (Store, String) throws -> Void) throws {
+        let root = NSTemporaryDirectory() + "lks-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
+                                           options: .init(passcodeCost: .fixed(logN: 10)))
+        try body(try Store(path: root + "/s", keys: device, options: .init(chunkSize: 16 << 10, workers: 2)), root + "/s")
+    }
+
+    static func item(_ path: String, _ data: [UInt8]) throws -> PutBatchItem {
+        var offset = 0
+        return PutBatchItem(path: try StorePath(path)) { buffer in
+            let n = min(buffer.count, data.count - offset)
+            buffer.copyBytes(from: data[offset..<(offset + n)])
+            offset += n
+            return n
+        }
+    }
+
+    /// Every file under `root` whose name marks a write in progress.
+    static func temporaries(under root: String) -> [String] {
+        (FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? []).filter { $0.contains(".tmp-") }
+    }
+
+    static func names(_ store: Store, _ path: String) throws -> [String] {
+        try store.list(try StorePath(path)).map(\.path.name).sorted()
+    }
+
+    /// makeDirectories creates what is missing, parents included, keeps
+    /// what exists (with the objects in it), leaves no temporary, and with
+    /// an object in the way creates nothing.
+    @Test func makeDirectoriesCreatesOnlyWhatIsMissing() throws {
+        try Self.withStore { store, root in
+            try store.putBatch([try Self.item("/a/keep", Array(repeating: 7, count: 300))])
+            try store.setDefaultClass(.complete, ofDirectory: try StorePath("/a"))
+            try store.makeDirectories([try StorePath("/a/b/c"), try StorePath("/a/d"), try StorePath("/x"), try StorePath("/a/b")])
+            #expect(try Self.names(store, "/") == ["a", "x"])
+            #expect(try Self.names(store, "/a") == ["b", "d", "keep"])
+            #expect(try Self.names(store, "/a/b") == ["c"])
+            #expect(try Self.names(store, "/a/b/c").isEmpty)
+            var kept: [UInt8] = []
+            try store.read(try StorePath("/a/keep")) { kept += $0 }
+            #expect(kept == Array(repeating: 7, count: 300))
+            // The existing directory kept its record (its default class).
+            guard case .directory(let info) = try store.stat(try StorePath("/a")).kind else {
+                Issue.record("/a is not a directory")
+                return
+            }
+            #expect(info.defaultClass == .complete)
+            // New objects go into the new directories.
+            try store.putBatch([try Self.item("/a/b/c/new", [1, 2, 3])])
+            #expect(try Self.names(store, "/a/b/c") == ["new"])
+            #expect(Self.temporaries(under: root).isEmpty)
+            #expect(try store.verify().isClean)
+
+            // Again: nothing to create, nothing changes.
+            try store.makeDirectories([try StorePath("/a/b/c"), try StorePath("/x")])
+            #expect(try Self.names(store, "/") == ["a", "x"])
+
+            // An object in the way: nothing is created, not even /n.
+            #expect {
+                try store.makeDirectories([try StorePath("/n/m"), try StorePath("/a/keep/sub")])
+            } throws: { error in
+                if case StoreError.notADirectory = error { return true }
+                return false
+            }
+            #expect(try Self.names(store, "/") == ["a", "x"])
+            #expect(Self.temporaries(under: root).isEmpty)
+        }
+    }
+
+    /// A staged batch changes nothing a reader sees until committed;
+    /// released uncommitted, it removes what it wrote; it commits once.
+    @Test func stagedBatchIsInvisibleUntilCommitted() throws {
+        try Self.withStore { store, root in
+            let large = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 11) }
+            try store.putBatch([try Self.item("/d/old", [9, 9])])
+            let dataFiles = { (try? FileManager.default.contentsOfDirectory(atPath: root + "/data").count) ?? -1 }
+            let before = dataFiles()
+            do {
+                let staged = try store.stageBatch([try Self.item("/d/old", [1]), try Self.item("/d/big", Self.noise(200_000))])
+                #expect(staged.count == 2)
+                #expect(try Self.names(store, "/d") == ["old"])
+                var old: [UInt8] = []
+                try store.read(try StorePath("/d/old")) { old += $0 }
+                #expect(old == [9, 9])
+                #expect(dataFiles() == before + 1, "the large object's data file is written when staged")
+                // Released here, uncommitted.
+            }
+            #expect(dataFiles() == before)
+            #expect(Self.temporaries(under: root).isEmpty)
+            #expect(try Self.names(store, "/d") == ["old"])
+            #expect(try store.verify().isClean)
+
+            let staged = try store.stageBatch([try Self.item("/d/big", large), try Self.item("/d/old", [1])])
+            let next = try store.stageBatch([try Self.item("/d/later", [2])])
+            #expect(try store.commit(staged).map(\.path.name) == ["big", "old"])
+            #expect(try Self.names(store, "/d") == ["big", "old"])
+            #expect(throws: StoreError.self) { try store.commit(staged) }
+            try store.commit(next)
+            var big: [UInt8] = []
+            try store.read(try StorePath("/d/big")) { big += $0 }
+            #expect(big == large)
+            #expect(try Self.names(store, "/d") == ["big", "later", "old"])
+            #expect(Self.temporaries(under: root).isEmpty)
+            #expect(try store.verify().isClean)
+        }
+    }
 }
