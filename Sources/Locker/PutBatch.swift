@@ -39,10 +39,19 @@ extension Store {
         }
     }
 
-    /// The most objects one batch holds: each holds its data file open
-    /// and locked until its header commits, so a batch needs that many
-    /// descriptors beside the caller's.
-    public static let maxBatchCount = 512
+    /// The most objects one batch holds. Each object with a data file
+    /// holds it open and locked until its header commits, so a batch
+    /// needs a descriptor per such object beside the caller's (see
+    /// ``isAlwaysInline(length:)``).
+    public static let maxBatchCount = 1024
+
+    /// Whether an object of `length` bytes is stored inline in its header
+    /// file whatever its content: storing it never creates a data file,
+    /// nor holds a descriptor in a batch.
+    public func isAlwaysInline(length: UInt64) -> Bool {
+        guard let bounds = try? ChunkLayout.dataLengthBounds(plaintextLength: length, chunkSize: options.chunkSize) else { return false }
+        return bounds.upperBound <= UInt64(ObjectHeader.maxInlineDataLength)
+    }
 
     /// Stores several objects, each exactly as ``put(_:protection:from:progress:)``
     /// would, but with the durability of the whole batch bought at once:
@@ -92,8 +101,9 @@ extension Store {
             let chain = try chains[parentPath] ?? chainCreatingMissing(to: parentPath)
             chains[parentPath] = chain
             let parent = chain.last!
+            // A directory in the way is found by the commit, which looks
+            // under the store lock anyway.
             let fsPath = try entryPath(item.path.name, in: parent)
-            if try kind(of: fsPath) == .directory { throw StoreError.isADirectory(item.path.description) }
             let (cls, source): (ProtectionClass, ProtectionSource) = try item.protection.map { ($0, .explicit) }
                 ?? inheritedClass(for: item.path, chain: chain, storeDefault: &storeDefault)
             targets.append(Target(parent: parent, fsPath: fsPath, protection: cls, source: source))
@@ -148,8 +158,10 @@ extension Store {
                     inlineData: result.inlineData)
                 header.headerMAC = try header.computeMAC(fileKey: fileKeys[i])
                 let temporary = targets[i].fsPath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-                try fs.writeNewFile(temporary, header.sealed(with: metadata))
+                let sealed = try header.sealed(with: metadata)
+                try fs.writeNewFile(temporary, sealed)
                 slots.value[i].temporary = temporary
+                slots.value[i].headerSize = UInt64(sealed.count)
                 // Written: the inline data need not stay in memory for
                 // the rest of the batch.
                 slots.value[i].header = header.droppingInlineData()
@@ -207,7 +219,7 @@ extension Store {
 
         let status = try keys.status()
         return try batch.objects.map { object in
-            try objectInfo(object.path, header: object.header!, headerPath: object.fsPath, status: status)
+            try objectInfo(object.path, header: object.header!, headerPath: object.fsPath, status: status, headerSize: object.headerSize)
         }
     }
 }
@@ -225,6 +237,8 @@ public final class StagedBatch: @unchecked Sendable {
         var data: (path: String, file: DataFile)?
         var temporary: String?
         var header: ObjectHeader?
+        /// The header file's size, as written.
+        var headerSize: UInt64?
     }
 
     private let fileSystem: FileSystem

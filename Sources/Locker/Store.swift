@@ -248,7 +248,7 @@ public final class Store: @unchecked Sendable {
     }
 
     func dataPath(_ objectID: [UInt8]) -> String {
-        dataDirectory + "/" + objectID.map { String($0, radix: 16).leftPadded(2) }.joined()
+        dataDirectory + "/" + Self.hex(objectID)
     }
 
     /// The class a new object at `path` gets, and where it came from.
@@ -640,7 +640,19 @@ public final class Store: @unchecked Sendable {
         }
     }
 
-    static func hex(_ bytes: [UInt8]) -> String { bytes.map { String($0, radix: 16).leftPadded(2) }.joined() }
+    /// Lowercase hex, as object IDs are named on disk and on the wire.
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits: StaticString = "0123456789abcdef"
+        return String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+            digits.withUTF8Buffer { digit in
+                for (i, byte) in bytes.enumerated() {
+                    out[2 * i] = digit[Int(byte >> 4)]
+                    out[2 * i + 1] = digit[Int(byte & 0x0f)]
+                }
+            }
+            return bytes.count * 2
+        }
+    }
 
     /// Reads an object, or the bytes of `range` in it, into `sink`.
     /// Decrypts only the chunks the range needs. A damaged object throws
@@ -858,15 +870,19 @@ public final class Store: @unchecked Sendable {
                              created: chain.last!.record.created)
     }
 
-    func objectInfo(_ path: StorePath, header: ObjectHeader, headerPath: String, status known: DeviceStatus? = nil) throws -> ObjectInfo {
+    /// What `stat` shows of an object. `headerSize` is the header file's
+    /// size when the caller has just written it; otherwise it is looked up.
+    func objectInfo(_ path: StorePath, header: ObjectHeader, headerPath: String, status known: DeviceStatus? = nil,
+                    headerSize writtenSize: UInt64? = nil) throws -> ObjectInfo {
         let status = try known ?? keys.status()
         let cls = header.protectionClass
+        let id = Self.hex(header.objectID)
         var accessible = status.readableClasses.contains(cls.canonicalName)
         var reason: String?
         if cls != .none, Int(header.wrappedKey.keyGeneration) < status.keyGeneration {
             accessible = false
             reason = "keyReset"
-        } else if status.openObjects.contains(where: { $0.id == Self.hex(header.objectID) }) {
+        } else if status.openObjects.contains(where: { $0.id == id }) {
             accessible = true
             reason = "open"
         } else if !accessible {
@@ -874,13 +890,13 @@ public final class Store: @unchecked Sendable {
         }
         // The header file's size from stat: it was just read and
         // authenticated. Inline data is part of it.
-        let headerSize = (try? fs.status(headerPath))??.size ?? 0
+        let headerSize = writtenSize ?? (try? fs.status(headerPath))??.size ?? 0
         return ObjectInfo(
             path: path, protectionClass: cls, protectionSource: header.protectionSource, accessible: accessible,
             reason: reason, size: header.plaintextLength,
             storedSize: (header.isInline ? 0 : header.dataLength) + headerSize,
             chunks: header.chunkCount, chunkSize: header.chunkSize, keyGeneration: header.wrappedKey.keyGeneration,
-            created: header.created, modified: header.modified, objectID: Self.hex(header.objectID))
+            created: header.created, modified: header.modified, objectID: id)
     }
 }
 

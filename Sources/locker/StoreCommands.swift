@@ -149,14 +149,15 @@ struct Put: ParsableCommand {
     /// Input bytes per batch, at most.
     static let batchByteLimit: UInt64 = 64 << 20
 
-    /// Objects per batch: up to ``Store/maxBatchCount``, as far as the
-    /// descriptor limit allows (a batch holds one per object). The soft
-    /// limit is raised towards the hard one first, as many tools do.
-    static func batchCount() -> Int {
+    /// Objects with a data file per batch: up to 512, as far as the
+    /// descriptor limit allows two batches at once (a staged batch holds
+    /// one per data file). The soft limit is raised towards the hard one
+    /// first, as many tools do.
+    static func dataFilesPerBatch() -> Int {
         var limit = rlimit()
         let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
-        guard getrlimit(resource, &limit) == 0 else { return 64 }
-        let wanted = rlim_t(Store.maxBatchCount + 256)
+        guard getrlimit(resource, &limit) == 0 else { return 32 }
+        let wanted = rlim_t(2 * 512 + 256)
         if limit.rlim_cur < wanted {
             var raised = limit
             raised.rlim_cur = min(limit.rlim_max, wanted)
@@ -164,7 +165,7 @@ struct Put: ParsableCommand {
         }
         // Leave room for the walk, the agent's socket and the source file.
         let room = Int(min(limit.rlim_cur, rlim_t(Int32.max))) - 128
-        return max(1, min(Store.maxBatchCount, room))
+        return max(1, min(512, room / 2))
     }
 
     /// Stores a local tree. Small files go in batches, and batches are
@@ -173,12 +174,11 @@ struct Put: ParsableCommand {
     /// in one thread), the next is read, sealed and staged on every core.
     /// A failure stops the import after the batch being committed ends.
     func importTree(_ store: Store, from local: String, to target: StorePath) throws -> Int {
-        // Two batches hold their data files open at once: one being
-        // committed, one being staged.
-        let batchCount = max(1, Self.batchCount() / 2)
+        let dataFileLimit = Self.dataFilesPerBatch()
         var count = 0
         var pending: [PutBatchItem] = []
         var pendingBytes: UInt64 = 0
+        var pendingDataFiles = 0
         let committer = BatchCommitter(store)
         defer { _ = try? committer.wait() }
         func flush() throws {
@@ -186,15 +186,14 @@ struct Put: ParsableCommand {
             let staged = try store.stageBatch(pending)
             pending.removeAll(keepingCapacity: true)
             pendingBytes = 0
+            pendingDataFiles = 0
             count += try committer.wait()
             committer.start(staged)
         }
         // The tree's directories first, all created with two syncs.
         var directories: [StorePath] = [target]
         func collect(_ local: String, _ target: StorePath) throws {
-            for name in try FileManager.default.contentsOfDirectory(atPath: local) {
-                var st = stat()
-                guard stat(local + "/" + name, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { continue }
+            for name in try localSubdirectories(of: local) {
                 directories.append(target.appending(name))
                 try collect(local + "/" + name, target.appending(name))
             }
@@ -221,7 +220,10 @@ struct Put: ParsableCommand {
                     let file = LocalFileSource(localPath)
                     pending.append(PutBatchItem(path: target.appending(name), protection: self.class?.value, source: file.read))
                     pendingBytes += UInt64(st.st_size)
-                    if pending.count == batchCount || pendingBytes >= Self.batchByteLimit { try flush() }
+                    if !store.isAlwaysInline(length: UInt64(st.st_size)) { pendingDataFiles += 1 }
+                    if pending.count == Store.maxBatchCount || pendingDataFiles == dataFileLimit || pendingBytes >= Self.batchByteLimit {
+                        try flush()
+                    }
                 }
             }
         }
@@ -230,6 +232,30 @@ struct Put: ParsableCommand {
         count += try committer.wait()
         return count
     }
+}
+
+/// The names of the directories in `local` (symbolic links followed, as
+/// `put -r` does), from the entry types readdir(3) gives: no stat for each
+/// file.
+func localSubdirectories(of local: String) throws -> [String] {
+    guard let stream = opendir(local) else {
+        throw CommandFailure(errno == ENOENT ? .notFound : .failure, "cannot read \(local): \(String(cString: strerror(errno)))")
+    }
+    defer { closedir(stream) }
+    var names: [String] = []
+    while let entry = readdir(stream) {
+        let type = entry.pointee.d_type
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+        if name == "." || name == ".." { continue }
+        switch Int32(type) {
+        case Int32(DT_DIR): names.append(name)
+        case Int32(DT_LNK), Int32(DT_UNKNOWN):
+            var st = stat()
+            if stat(local + "/" + name, &st) == 0, st.st_mode & S_IFMT == S_IFDIR { names.append(name) }
+        default: break
+        }
+    }
+    return names
 }
 
 /// Commits staged batches one at a time on a thread of its own.

@@ -9,12 +9,13 @@ import Glibc
 /// puts; the fetched tree equals the original; nothing temporary is left.
 @Suite("locker put -r and get -r, end to end")
 struct TreeCLITests {
-    /// A local tree: 600 small files in /many (at least three batches, so
-    /// that one is staged while another commits), a
-    /// nested directory, an empty one, and one 5 MiB file (stored alone).
+    /// A local tree: 300 small files in /many, a nested directory, an
+    /// empty one, and one 5 MiB file (stored alone, between two batches).
+    /// `largeTreeFetchCommitsInGroupsAndFailsCleanly` stores a tree in
+    /// several batches.
     private func makeTree(_ root: String, version: Int) throws -> [String: Data] {
         var files: [String: Data] = [:]
-        for i in 0..<600 { files["many/f\(i)"] = sampleBytes("v\(version)-many-\(i)", size: 1 + (i * 131) % 16_000) }
+        for i in 0..<300 { files["many/f\(i)"] = sampleBytes("v\(version)-many-\(i)", size: 1 + (i * 131) % 16_000) }
         for i in 0..<20 { files["secret/deeper/s\(i)"] = sampleBytes("v\(version)-secret-\(i)", size: 100 + i) }
         files["big.bin"] = pseudoRandomBytes(5 << 20, seed: UInt64(version))
         files["empty-file"] = Data()
@@ -100,7 +101,9 @@ struct TreeCLITests {
         }
     }
 
-    /// A tree of more than 4,096 objects is fetched in several commits,
+    /// A tree of more than 4,096 objects is stored in several batches
+    /// (one committed while the next is staged) and fetched in several
+    /// commits,
     /// each on a thread of its own while the next files are written. A
     /// damaged object fetched after the first commit began fails the
     /// fetch with 65: every file in DEST is whole, and no temporary is
@@ -114,7 +117,9 @@ struct TreeCLITests {
             for i in 0..<4300 {
                 #expect(FileManager.default.createFile(atPath: local + "/many/f\(i)", contents: content(i)))
             }
-            try f.ok(["put", "-r", local, "/t"], timeout: 120)
+            let put = try f.ok(["put", "-r", local, "/t"], timeout: 120)
+            #expect(put.stdout.contains("Stored 4300 objects under /t."), "\(put)")
+            #expect(try f.raw(["verify"], timeout: 120).status == 0)
             let out = f.root + "/out"
             let whole = try f.ok(["get", "-r", "/t", out], timeout: 120)
             #expect(whole.stdout.contains("Fetched 4300 objects"), "\(whole)")
