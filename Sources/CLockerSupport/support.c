@@ -1,5 +1,7 @@
 #define _GNU_SOURCE
 #include "CLockerSupport.h"
+#include <fcntl.h>
+#include <stdio.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -9,4 +11,8 @@ int locker_set_undumpable(void) {
 
 int locker_syncfs(int fd) {
     return syncfs(fd);
+}
+
+int locker_rename_noreplace(const char *from, const char *to) {
+    return renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
 }

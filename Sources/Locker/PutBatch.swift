@@ -192,6 +192,12 @@ extension Store {
             let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
             for object in batch.objects {
+                // A new name: one call. Under the lock, what is there can
+                // only be what an earlier commit or command put there.
+                if try fs.renameIfAbsent(object.temporary!, to: object.fsPath) {
+                    committed += 1
+                    continue
+                }
                 switch try kind(of: object.fsPath) {
                 case .directory: throw StoreError.isADirectory(object.path.description)
                 case .object:

@@ -37,7 +37,7 @@ public struct DeviceDirectory: Sendable {
     private func present(_ path: String) throws -> Bool {
         do {
             return try fileSystem.status(path) != nil
-        } catch let error as IOError {
+        } catch {
             throw DeviceError.io(error)
         }
     }

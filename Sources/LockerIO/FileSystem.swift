@@ -118,7 +118,7 @@ public struct FileSystem: Sendable {
 
     /// What is at `path` (not following a symbolic link), or `nil` if
     /// nothing is. Throws for any other failure to look.
-    public func status(_ path: String) throws -> FileStatus? {
+    public func status(_ path: String) throws(IOError) -> FileStatus? {
         do {
             return try lstat(path)
         } catch {
@@ -193,6 +193,26 @@ public struct FileSystem: Sendable {
     /// either directory.
     public func rename(_ source: String, to destination: String) throws(IOError) {
         _ = try retrying("rename", destination) { Int(syscalls.rename(source, destination)) }
+    }
+
+    /// Renames `source` to `destination` if nothing is there, without
+    /// syncing either directory; returns false, changing nothing, if
+    /// something is. Where the file system cannot rename without replacing
+    /// (EINVAL), it looks first: atomic only if the caller keeps other
+    /// writers out of the directory.
+    public func renameIfAbsent(_ source: String, to destination: String) throws(IOError) -> Bool {
+        while true {
+            if syscalls.renameNoReplace(source, destination) == 0 { return true }
+            switch errno {
+            case EINTR: continue
+            case EEXIST: return false
+            case EINVAL:
+                if try status(destination) != nil { return false }
+                try rename(source, to: destination)
+                return true
+            case let e: throw IOError("rename", path: destination, errno: e)
+            }
+        }
     }
 
     /// Removes an empty directory, without syncing its parent.

@@ -27,6 +27,8 @@ public struct Syscalls: Sendable {
     public var fstat: @Sendable (_ fd: Int32) -> FileStatus?
     public var lstat: @Sendable (_ path: String) -> FileStatus?
     public var rename: @Sendable (_ source: String, _ destination: String) -> Int32
+    /// renameat2(2) with RENAME_NOREPLACE: EEXIST if `destination` exists.
+    public var renameNoReplace: @Sendable (_ source: String, _ destination: String) -> Int32
     public var unlink: @Sendable (_ path: String) -> Int32
     public var mkdir: @Sendable (_ path: String, _ mode: UInt32) -> Int32
     public var rmdir: @Sendable (_ path: String) -> Int32
@@ -54,6 +56,7 @@ public struct Syscalls: Sendable {
             return Glibc.lstat(path, &st) == 0 ? FileStatus(st) : nil
         },
         rename: { Glibc.rename($0, $1) },
+        renameNoReplace: { locker_rename_noreplace($0, $1) },
         unlink: { Glibc.unlink($0) },
         mkdir: { Glibc.mkdir($0, mode_t($1)) },
         rmdir: { Glibc.rmdir($0) },

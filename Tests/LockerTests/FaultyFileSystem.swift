@@ -154,6 +154,7 @@ final class FaultyFileSystem: Sendable {
         s.fstat = { fd in self.perform("fstat", failed: nil) { real.fstat(fd) } }
         s.lstat = { path in self.perform("lstat", failed: nil) { real.lstat(path) } }
         s.rename = { from, to in self.perform("rename", failed: -1) { real.rename(from, to) } }
+        s.renameNoReplace = { from, to in self.perform("renameat2", failed: -1) { real.renameNoReplace(from, to) } }
         s.unlink = { path in self.perform("unlink", failed: -1) { real.unlink(path) } }
         s.mkdir = { path, mode in self.perform("mkdir", failed: -1) { real.mkdir(path, mode) } }
         s.rmdir = { path in self.perform("rmdir", failed: -1) { real.rmdir(path) } }

@@ -12,4 +12,9 @@ int locker_set_undumpable(void);
 // does not set. Returns 0 on success, -1 with errno.
 int locker_syncfs(int fd);
 
+// renameat2(2) with RENAME_NOREPLACE, also declared only under _GNU_SOURCE:
+// renames `from` to `to` only if `to` does not exist (EEXIST otherwise;
+// EINVAL where the file system cannot). Returns 0 or -1 with errno.
+int locker_rename_noreplace(const char *from, const char *to);
+
 #endif
