@@ -26,14 +26,13 @@ public struct PutBatchItem {
 }
 
 extension Store {
-    /// Runs `body` for each of `count` objects: on twice as many threads as
-    /// the store has workers when it has more than one, else in order
-    /// (which keeps the sequence of system calls fixed, as fault injection
-    /// needs).
-    func forEachObject(_ count: Int, _ body: (Int) throws -> Void) throws {
+    /// Runs `body` for each of `count` objects: on `threadsPerWorker` times
+    /// as many threads as the store has workers when it has more than one,
+    /// else in order (which keeps the sequence of system calls fixed, as
+    /// fault injection needs).
+    func forEachObject(_ count: Int, threadsPerWorker: Int, _ body: (Int) throws -> Void) throws {
         if options.workers > 1 {
-            // Twice the cores: each object waits on the file system too.
-            try parallelFor(count, width: 2 * options.workers, body)
+            try parallelFor(count, width: threadsPerWorker * options.workers, body)
         } else {
             for i in 0..<count { try body(i) }
         }
@@ -130,7 +129,10 @@ extension Store {
         try batch.objects.withUnsafeMutableBufferPointer { buffer in
             // Each iteration writes only its own slot.
             let slots = Unchecked(buffer)
-            try forEachObject(items.count) { i in
+            // One thread per core: more only contend for the directory
+            // locks that file creation takes (measured: `put -r` of 20,000
+            // files 1.31 s with 2 threads, 1.40 s with 4, 1.42 s with 6).
+            try forEachObject(items.count, threadsPerWorker: 1) { i in
                 let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
                 let dataPath = dataPath(objectID)
                 // One core per object: the batch already spreads its

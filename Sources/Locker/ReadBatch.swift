@@ -77,7 +77,9 @@ extension Store {
             let count = min(window, names.count - start)
             // Each iteration writes only its own slot.
             let slots = Unchecked(found)
-            try forEachObject(count) { i in
+            // Twice the cores: reading a header waits on the file system
+            // as long as opening it computes.
+            try forEachObject(count, threadsPerWorker: 2) { i in
                 let fileName = names[start + i]
                 slots.value[i] = Result {
                     let entry = try resolveEntry(fileName, in: directory)
