@@ -96,7 +96,7 @@ public final class AgentClient: KeyService {
         connection.setReceiveTimeout(seconds: 0)
         while true {
             switch SocketIO.readFrame(connection.fd) {
-            case .closed:
+            case .closed, .truncated:
                 return
             case .failed(let e) where e == ECONNRESET:
                 return
@@ -460,6 +460,9 @@ final class Connection {
         switch SocketIO.readFrame(fd) {
         case .frame(let bytes): payload = bytes
         case .closed: throw AgentError.unavailable("the agent closed the connection")
+        // The agent ended while answering (a reboot): a request that is
+        // safe to repeat is asked again of the next agent.
+        case .truncated: throw AgentError.unavailable("the agent closed the connection in the middle of its reply")
         case .malformed: throw AgentError.protocolViolation
         case .failed(let e): throw AgentError.unavailable("reading from the agent: \(ErrnoCode(e).message)")
         }

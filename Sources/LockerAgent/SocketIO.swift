@@ -22,8 +22,12 @@ enum SocketIO {
         case frame([UInt8])
         /// End of stream before the first byte of a frame.
         case closed
-        /// A length of 0 or over the limit, or end of stream inside a frame.
+        /// A length of 0 or over the limit.
         case malformed
+        /// End of stream inside a frame: the peer went away while sending
+        /// (an agent ending in a reboot), not a frame that says something
+        /// wrong.
+        case truncated
         /// The read failed; EAGAIN means the receive timeout or the frame
         /// deadline passed.
         case failed(Int32)
@@ -145,7 +149,7 @@ enum SocketIO {
         let deadline = frameSeconds.map { monotonicNow() + $0 }
         switch header.withUnsafeMutableBytes({ readFully(fd, UnsafeMutableRawBufferPointer(rebasing: $0[1...]), deadline: deadline) }) {
         case .failure(let e): return .failed(e.value)
-        case .success(let n) where n < 3: return .malformed
+        case .success(let n) where n < 3: return .truncated
         case .success: break
         }
         let length = Int(header[0]) << 24 | Int(header[1]) << 16 | Int(header[2]) << 8 | Int(header[3])
@@ -158,7 +162,7 @@ enum SocketIO {
             return .failed(e.value)
         case .success(let n) where n < length:
             Secrets.wipe(&payload)
-            return .malformed
+            return .truncated
         case .success:
             return .frame(payload)
         }

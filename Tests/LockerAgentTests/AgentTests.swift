@@ -616,4 +616,33 @@ struct AgentWireFormatTests {
         #expect(decoded.graceSeconds == 30 && decoded.eraseAfter == 10 && decoded.defaultClass == .none)
         #expect(decoded.passcodeCost == .fixed(logN: 12))
     }
+
+    @Test("a frame cut off by the peer going away is told apart from a malformed one")
+    func truncatedFrames() throws {
+        func read(_ bytes: [UInt8]) throws -> SocketIO.FrameRead {
+            var fds: [Int32] = [0, 0]
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0 else { throw POSIXError(.EIO) }
+            defer { close(fds[0]) }
+            if !bytes.isEmpty { _ = bytes.withUnsafeBytes { send(fds[1], $0.baseAddress, $0.count, 0) } }
+            close(fds[1])
+            return SocketIO.readFrame(fds[0])
+        }
+        func kind(_ read: SocketIO.FrameRead) -> String {
+            switch read {
+            case .frame(let payload): "frame \(payload)"
+            case .closed: "closed"
+            case .malformed: "malformed"
+            case .truncated: "truncated"
+            case .failed(let e): "failed \(e)"
+            }
+        }
+        #expect(kind(try read([])) == "closed")
+        #expect(kind(try read([0x00, 0x00, 0x00, 0x02, 0x07, 0x08])) == "frame [7, 8]")
+        // The peer ended inside the header or the payload.
+        #expect(kind(try read([0x00, 0x00])) == "truncated")
+        #expect(kind(try read([0x00, 0x00, 0x00, 0x64] + [UInt8](repeating: 2, count: 10))) == "truncated")
+        // A frame that says something wrong.
+        #expect(kind(try read([0x00, 0x00, 0x00, 0x00])) == "malformed")
+        #expect(kind(try read([0xFF, 0xFF, 0xFF, 0xFF, 0x01])) == "malformed")
+    }
 }
