@@ -660,14 +660,7 @@ public final class Store: @unchecked Sendable {
     /// not authenticated.
     public func read(_ path: StorePath, range: Range<UInt64>? = nil,
                      into sink: (UnsafeRawBufferPointer) throws -> Void) throws {
-        // A concurrent put may replace the object and delete the old data
-        // file between reading the header and opening the data: look again.
-        for attempt in 1... {
-            let (_, _, header) = try object(at: path)
-            let fileKey = try fileKey(for: header)
-            if try readData(path, header: header, fileKey: fileKey, range: range, { try $0.read($1, into: sink) }) { return }
-            if attempt == 5 { throw StoreError.integrity(path: path.description, what: "data file missing") }
-        }
+        try readCurrent(path, range: range) { try $0.read($1, into: sink) }
     }
 
     /// Reads an object, or the bytes of `range` in it, as
@@ -680,13 +673,19 @@ public final class Store: @unchecked Sendable {
     /// over, and the caller discards its output.
     public func read(_ path: StorePath, range: Range<UInt64>? = nil,
                      at sink: @Sendable (UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
+        let width = options.workers
+        try readCurrent(path, range: range) { try $0.read($1, width: width, at: sink) }
+    }
+
+    /// Reads the object now at `path` with `body` (see ``readData``).
+    private func readCurrent(_ path: StorePath, range: Range<UInt64>?,
+                             _ body: (ObjectReader, Range<UInt64>) throws -> Void) throws {
+        // A concurrent put may replace the object and delete the old data
+        // file between reading the header and opening the data: look again.
         for attempt in 1... {
             let (_, _, header) = try object(at: path)
             let fileKey = try fileKey(for: header)
-            let width = options.workers
-            if try readData(path, header: header, fileKey: fileKey, range: range, { try $0.read($1, width: width, at: sink) }) {
-                return
-            }
+            if try readData(path, header: header, fileKey: fileKey, range: range, body) { return }
             if attempt == 5 { throw StoreError.integrity(path: path.description, what: "data file missing") }
         }
     }

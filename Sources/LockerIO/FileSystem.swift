@@ -198,20 +198,18 @@ public struct FileSystem: Sendable {
     /// Renames `source` to `destination` if nothing is there, without
     /// syncing either directory; returns false, changing nothing, if
     /// something is. Where the file system cannot rename without replacing
-    /// (EINVAL), it looks first: atomic only if the caller keeps other
-    /// writers out of the directory.
+    /// (EINVAL, or ENOSYS from an old kernel), it looks first: atomic only
+    /// if the caller keeps other writers out of the directory.
     public func renameIfAbsent(_ source: String, to destination: String) throws(IOError) -> Bool {
-        while true {
-            if syscalls.renameNoReplace(source, destination) == 0 { return true }
-            switch errno {
-            case EINTR: continue
-            case EEXIST: return false
-            case EINVAL:
-                if try status(destination) != nil { return false }
-                try rename(source, to: destination)
-                return true
-            case let e: throw IOError("rename", path: destination, errno: e)
-            }
+        do {
+            _ = try retrying("rename", destination) { Int(syscalls.renameNoReplace(source, destination)) }
+            return true
+        } catch where error.errno == EEXIST {
+            return false
+        } catch where error.errno == EINVAL || error.errno == ENOSYS {
+            if try status(destination) != nil { return false }
+            try rename(source, to: destination)
+            return true
         }
     }
 

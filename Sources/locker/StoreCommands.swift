@@ -179,16 +179,17 @@ struct Put: ParsableCommand {
         var pending: [PutBatchItem] = []
         var pendingBytes: UInt64 = 0
         var pendingDataFiles = 0
-        let committer = BatchCommitter(store)
-        defer { _ = try? committer.wait() }
+        // Commits, one batch at a time, on a thread of their own.
+        let commits = BackgroundJob()
+        defer { _ = try? commits.wait() }
         func flush() throws {
             guard !pending.isEmpty else { return }
             let staged = try store.stageBatch(pending)
             pending.removeAll(keepingCapacity: true)
             pendingBytes = 0
             pendingDataFiles = 0
-            count += try committer.wait()
-            committer.start(staged)
+            count += try commits.wait()
+            commits.start { try store.commit(staged).count }
         }
         // The tree's directories first, all created with two syncs.
         var directories: [StorePath] = [target]
@@ -229,7 +230,7 @@ struct Put: ParsableCommand {
         }
         try visit(local, target)
         try flush()
-        count += try committer.wait()
+        count += try commits.wait()
         return count
     }
 }
@@ -258,28 +259,25 @@ func localSubdirectories(of local: String) throws -> [String] {
     return names
 }
 
-/// Commits staged batches one at a time on a thread of its own.
-final class BatchCommitter: @unchecked Sendable {
-    private let store: Store
+/// Runs one job at a time on a thread of its own, and hands its result to
+/// whoever waits for it.
+final class BackgroundJob: @unchecked Sendable {
     private let done = DispatchGroup()
-    // Written by the committing thread before it leaves `done`, read by
-    // the caller after waiting on it.
+    // Written by the job's thread before it leaves `done`, read by the
+    // caller after waiting on it.
     private var result: Result<Int, any Error> = .success(0)
 
-    init(_ store: Store) { self.store = store }
-
-    /// Starts committing `batch`; the previous commit must have been
-    /// waited for.
-    func start(_ batch: StagedBatch) {
+    /// Starts `job`; the previous one must have been waited for.
+    func start(_ job: @escaping @Sendable () throws -> Int) {
         done.enter()
         Thread { [self] in
-            result = Result { try store.commit(batch).count }
+            result = Result { try job() }
             done.leave()
         }.start()
     }
 
-    /// Waits for the commit under way, if any, and returns how many
-    /// objects it stored, or throws its error.
+    /// Waits for the job under way, if any, and returns its result (0 if
+    /// there was none), or throws its error.
     @discardableResult
     func wait() throws -> Int {
         done.wait()
@@ -474,19 +472,13 @@ final class TreeExport: @unchecked Sendable {
     private var waiting: [(temporary: String, target: String)] = []
     /// One directory per file system written to (by device number).
     private var fileSystems: [UInt64: String] = [:]
-    private let done = DispatchGroup()
-    // The group being committed, the files renamed and the first error:
-    // the committing thread's until it leaves `done`, the caller's after
-    // waiting on it.
+    private let commits = BackgroundJob()
+    // The group being committed: the committing job's until it ends, the
+    // caller's after waiting on it.
     private var committing: [(temporary: String, target: String)] = []
-    private var error: (any Error)?
-    private var renamed = 0
 
-    /// Files renamed into place.
-    var count: Int {
-        done.wait()
-        return renamed
-    }
+    /// Files renamed into place by the commits waited for.
+    private(set) var count = 0
 
     var waitingCount: Int { waiting.count }
 
@@ -505,29 +497,18 @@ final class TreeExport: @unchecked Sendable {
         committing = waiting
         waiting.removeAll()
         let directories = Array(fileSystems.values)
-        done.enter()
-        Thread { [self] in
-            do {
-                try commit(syncing: directories)
-            } catch {
-                self.error = error
-            }
-            done.leave()
-        }.start()
+        commits.start { [self] in try commit(syncing: directories) }
     }
 
     /// Waits for the commit under way, if any; throws its error.
     func finishCommit() throws {
-        done.wait()
-        if let error {
-            self.error = nil
-            throw error
-        }
+        count += try commits.wait()
     }
 
-    /// Syncs, then renames each file being committed into place; on a
-    /// failure, what is left in `committing` is what was not renamed.
-    private func commit(syncing directories: [String]) throws {
+    /// Syncs, then renames each file being committed into place, and
+    /// returns how many; on a failure, what is left in `committing` is what
+    /// was not renamed.
+    private func commit(syncing directories: [String]) throws -> Int {
         for directory in directories {
             do {
                 try FileSystem().syncFileSystem(containing: directory)
@@ -541,15 +522,15 @@ final class TreeExport: @unchecked Sendable {
                 committing.removeFirst(i)
                 throw CommandFailure(.failure, message)
             }
-            renamed += 1
         }
-        committing.removeAll()
+        defer { committing.removeAll() }
+        return committing.count
     }
 
     /// Removes the files not renamed into place, after the commit under
     /// way ends.
     func discard() {
-        done.wait()
+        _ = try? commits.wait()
         for (temporary, _) in committing + waiting { unlink(temporary) }
         committing.removeAll()
         waiting.removeAll()

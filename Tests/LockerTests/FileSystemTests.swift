@@ -7,17 +7,18 @@ import Glibc
 
 @Suite struct FileSystemTests {
     /// `renameIfAbsent` moves the file only onto a free name, with
-    /// renameat2 and, where the file system cannot (EINVAL), by looking
-    /// first; an existing target is left as it was.
-    @Test(arguments: [false, true])
-    func renameIfAbsent(withoutNoReplace: Bool) throws {
+    /// renameat2 and, where that fails with EINVAL (a file system that
+    /// cannot) or ENOSYS (an old kernel), by looking first; an existing
+    /// target is left as it was.
+    @Test(arguments: [0, EINVAL, ENOSYS])
+    func renameIfAbsent(noReplaceFailsWith failure: Int32) throws {
         let root = NSTemporaryDirectory() + "lkfs-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: root) }
         var syscalls = Syscalls.system
-        if withoutNoReplace {
+        if failure != 0 {
             syscalls.renameNoReplace = { _, _ in
-                errno = EINVAL
+                errno = failure
                 return -1
             }
         }
