@@ -80,6 +80,8 @@ public final class AgentClient: KeyService {
             // The agent went away without answering (another reboot got
             // there first): its keys are gone either way.
             return
+        } catch is Connection.NotDelivered {
+            return
         }
         // The agent exits after the acknowledgement: wait for the end of
         // the stream so the next request finds it gone.
@@ -91,8 +93,12 @@ public final class AgentClient: KeyService {
     public func watch(_ onEvent: (ProtectionEvent) -> Bool) throws {
         let connection = try connect(start: true)
         defer { connection.close() }
-        try connection.send(.watch)
-        try connection.receiveReply { _ in }
+        do {
+            try connection.send(.watch)
+            try connection.receiveReply { _ in }
+        } catch let e as Connection.NotDelivered {
+            throw AgentError.unavailable(e.reason)
+        }
         connection.setReceiveTimeout(seconds: 0)
         while true {
             switch SocketIO.readFrame(connection.fd) {
@@ -133,8 +139,15 @@ public final class AgentClient: KeyService {
                 guard json.count <= total else { throw WireFormat.Malformed() }
             }
             while json.count < total {
-                guard case .frame(let payload) = SocketIO.readFrame(connection.fd),
-                      payload.first == WireFormat.ResponseKind.continuation.rawValue,
+                let payload: [UInt8]
+                switch SocketIO.readFrame(connection.fd) {
+                case .frame(let bytes): payload = bytes
+                // Ended between frames (a reboot): status is asked again.
+                case .closed, .truncated: throw AgentError.unavailable("the agent closed the connection in the middle of its reply")
+                case .failed(let e): throw AgentError.unavailable("reading from the agent: \(ErrnoCode(e).message)")
+                case .malformed: throw AgentError.protocolViolation
+                }
+                guard payload.first == WireFormat.ResponseKind.continuation.rawValue,
                       payload.count > 1, json.count + payload.count - 1 <= total
                 else { throw AgentError.protocolViolation }
                 json.append(contentsOf: payload[1...])
@@ -326,10 +339,11 @@ public final class AgentClient: KeyService {
     /// Sends `request` on a new connection and reads the reply with
     /// `receive`. Every request, status included, goes through here.
     private func exchange<T>(_ request: AgentRequest, _ receive: (Connection) throws -> T) throws -> T {
-        // The agent may go away before answering (a reboot, or a kill): a
-        // request that changes nothing is asked again of the next agent,
-        // which answers for the state it boots into. Reboots can follow
-        // each other, so a few times.
+        // The agent may go away before answering (a reboot, or a kill). A
+        // request it never read is sent again, whatever it asks; one it may
+        // have acted on is asked again only if repeating it changes nothing
+        // twice. The next agent answers for the state it boots into.
+        // Reboots can follow each other, so a few times.
         var attempt = 0
         while true {
             attempt += 1
@@ -338,6 +352,9 @@ public final class AgentClient: KeyService {
                 defer { connection.close() }
                 try connection.send(request)
                 return try receive(connection)
+            } catch let e as Connection.NotDelivered {
+                guard attempt < 4 else { throw AgentError.unavailable(e.reason) }
+                SocketIO.sleep(milliseconds: 50 * attempt)
             } catch AgentError.unavailable where request.isSafeToRepeat && attempt < 4 {
                 SocketIO.sleep(milliseconds: 50 * attempt)
             }
@@ -444,11 +461,20 @@ final class Connection {
         _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, socklen_t(MemoryLayout<timeval>.size))
     }
 
+    /// The request never reached the agent whole: the agent cannot have
+    /// acted on it, so any request may be sent again.
+    struct NotDelivered: Error {
+        let reason: String
+    }
+
+    /// Sends one request. Throws ``NotDelivered`` when the agent is gone
+    /// before the frame is out: an agent acts only on a whole frame.
     func send(_ request: AgentRequest) throws {
         var payload = request.encoded()
         defer { Secrets.wipe(&payload) }
+        guard payload.count <= WireFormat.maxPayloadBytes else { throw AgentError.invalidArgument("request too large") }
         guard SocketIO.sendFrame(fd, payload) else {
-            throw AgentError.unavailable("the agent closed the connection")
+            throw NotDelivered(reason: "the agent closed the connection")
         }
     }
 
@@ -464,12 +490,18 @@ final class Connection {
         // safe to repeat is asked again of the next agent.
         case .truncated: throw AgentError.unavailable("the agent closed the connection in the middle of its reply")
         case .malformed: throw AgentError.protocolViolation
+        // A Unix stream socket reads ECONNRESET only when its peer closed
+        // with bytes still unread (our request) or before accepting the
+        // connection at all: the agent never acted on the request.
+        case .failed(let e) where e == ECONNRESET: throw NotDelivered(reason: "the agent ended before reading the request")
         case .failed(let e): throw AgentError.unavailable("reading from the agent: \(ErrnoCode(e).message)")
         }
         defer { Secrets.wipe(&payload) }
         let outcome = Self.decodeReply(payload, body)
         switch outcome {
         case .success: return
+        case .failure(let error) where error is AgentRestarting:
+            throw NotDelivered(reason: "the agent was restarting")
         case .failure(let error): throw error
         }
     }

@@ -37,12 +37,23 @@ final class AgentConnection: @unchecked Sendable {
                 return
             case .reboot:
                 core.reboot { _ = self.send([WireFormat.ResponseKind.ok.rawValue]) }
-            case .status:
-                guard sendStatus() else { return }
             default:
-                var reply = handle(request)
-                let sent = send(reply)
-                Secrets.wipe(&reply)
+                var sent = false
+                let admitted = core.serve {
+                    if case .status = request {
+                        sent = sendStatus()
+                    } else {
+                        var reply = handle(request)
+                        sent = send(reply)
+                        Secrets.wipe(&reply)
+                    }
+                }
+                guard admitted else {
+                    // A reboot has begun: the request is not performed, and
+                    // the client sends it to the next agent.
+                    _ = send(WireFormat.encodeError(AgentRestarting()))
+                    return
+                }
                 guard sent else { return }
             }
         }

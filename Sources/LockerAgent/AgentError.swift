@@ -18,3 +18,8 @@ public enum AgentError: Error, Equatable, Sendable {
     /// names the error's type only.
     case remote(String)
 }
+
+/// The agent's answer to a request that arrived after a reboot began: the
+/// request was not performed. The client sends it again to the next agent
+/// and never shows this error.
+struct AgentRestarting: Error {}

@@ -165,12 +165,14 @@ enum AgentRequest {
 }
 
 extension AgentRequest {
-    /// Whether asking again, after the agent went away without answering,
-    /// can change nothing twice: reads of state, and wrapping or unwrapping
-    /// a key. Passcode attempts, state changes and opens are never repeated.
+    /// Whether asking again, after the agent may have acted on the request
+    /// and went away without answering, can change nothing twice: reads of
+    /// state, wrapping or unwrapping a key, and a lock (locking a locked or
+    /// locking device changes nothing). Passcode attempts, other state
+    /// changes and opens are never repeated.
     var isSafeToRepeat: Bool {
         switch self {
-        case .ping, .status, .metadataKey, .classBPublicKey, .wrap, .unwrap, .wrapMany, .unwrapMany, .rewrap, .openFileKey: true
+        case .ping, .status, .metadataKey, .classBPublicKey, .wrap, .unwrap, .wrapMany, .unwrapMany, .rewrap, .openFileKey, .lock: true
         default: false
         }
     }

@@ -168,6 +168,8 @@ final class AgentCore: @unchecked Sendable {
         var device: Device?
         /// Set once `reboot` starts; the process ends moments later.
         var rebooting = false
+        /// Requests admitted by ``serve(_:)`` and not yet answered.
+        var inFlight = 0
         /// Why boot failed, if it did; answered to every request but
         /// initialize, ping and reboot.
         var bootError: (any Error)?
@@ -196,14 +198,26 @@ final class AgentCore: @unchecked Sendable {
     func device() throws -> Device {
         let (device, error, rebooting) = held.withLock { ($0.device, $0.bootError, $0.rebooting) }
         if let device { return device }
-        if rebooting {
-            // A request caught by a reboot gets no answer rather than a
-            // wrong one ("not initialized"): this thread waits for the
-            // process to end, the connection closes unanswered, and the
-            // client asks the next agent.
-            while true { SocketIO.sleep(milliseconds: 1000) }
-        }
+        // Reached only by a request still running when the reboot stopped
+        // waiting: it is answered as not performed, never "not initialized".
+        if rebooting { throw AgentRestarting() }
         throw error ?? DeviceError.notInitialized
+    }
+
+    /// Runs `body`, which performs one request and sends its reply, unless
+    /// a reboot has begun: then it returns false without running it (the
+    /// request is answered ``AgentRestarting``). A reboot waits for the
+    /// bodies already running.
+    func serve(_ body: () -> Void) -> Bool {
+        let admitted = held.withLock { state -> Bool in
+            guard !state.rebooting else { return false }
+            state.inFlight += 1
+            return true
+        }
+        guard admitted else { return false }
+        defer { held.withLock { $0.inFlight -= 1 } }
+        body()
+        return true
     }
 
     func admit() -> Bool {
@@ -243,17 +257,31 @@ final class AgentCore: @unchecked Sendable {
         }
     }
 
-    /// Stops listening, wipes every key, then runs `acknowledge` and ends
+    /// Seconds a reboot waits for the requests already running to be
+    /// answered (an unlock's scrypt, say) before it wipes the keys anyway.
+    static let drainSeconds = 5.0
+
+    /// Stops listening and taking requests, lets the running ones finish
+    /// and be answered, wipes every key, then runs `acknowledge` and ends
     /// the process with status 0.
     func reboot(acknowledge: () -> Void) -> Never {
-        lifecycle.lock()
-        // No new connection can reach this agent from here on.
+        // From here every new request is answered "restarting", unperformed,
+        // and no new connection can reach this agent.
+        held.withLock { $0.rebooting = true }
         _ = unlink(paths.socketPath)
         if listener >= 0 { _ = shutdown(listener, Int32(SHUT_RDWR)) }
+        // A request the device has begun is answered before the process
+        // ends, so no client is left guessing whether it took effect.
+        let deadline = SocketIO.monotonicNow() + Self.drainSeconds
+        while held.withLock({ $0.inFlight }) > 0, SocketIO.monotonicNow() < deadline {
+            SocketIO.sleep(milliseconds: 2)
+        }
+        // After the drain: an initialize in flight held this lock and has
+        // been answered.
+        lifecycle.lock()
         let device = held.withLock { state -> Device? in
             let device = state.device
             state.device = nil
-            state.rebooting = true
             return device
         }
         device?.shutdown()

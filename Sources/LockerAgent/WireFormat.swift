@@ -283,6 +283,8 @@ enum WireFormat {
                 writeString(&w, clipped(name))
             case .trailingBytes: w.write(UInt8(0x36))
             }
+        case is AgentRestarting:
+            w.write(UInt8(0x40))
         default:
             w.write(UInt8(0xFF))
             writeString(&w, clipped(String(describing: type(of: error)), maxBytes: 256))
@@ -335,6 +337,7 @@ enum WireFormat {
         case 0x34: error = FormatError.unsupportedVersion(try r.readUInt16())
         case 0x35: error = FormatError.invalidField(try readString(&r, maxBytes: maxErrorStringBytes))
         case 0x36: error = FormatError.trailingBytes
+        case 0x40: error = AgentRestarting()
         case 0xFF: error = AgentError.remote(try readString(&r, maxBytes: 256))
         default: throw Malformed()
         }

@@ -1,5 +1,5 @@
 import Foundation
-import LockerAgent
+@testable import LockerAgent
 import LockerCrypto
 import LockerDevice
 #if canImport(Glibc)
@@ -191,4 +191,98 @@ final class Box<Value: Sendable>: @unchecked Sendable {
     init(_ value: Value) { stored = value }
     var value: Value { lock.withLock { stored } }
     func update(_ body: (inout Value) -> Void) { lock.withLock { body(&stored) } }
+}
+
+/// A stand-in agent listening on a device's socket: it treats each
+/// connection as its script says (then answers every later one) and
+/// records the opcode of every request it read whole. It answers ping
+/// with version and pid, and every other request with an empty OK.
+final class ScriptedAgent: @unchecked Sendable {
+    enum Step: Sendable {
+        /// Read the request and answer it.
+        case answer
+        /// Wait until the request has arrived, then close without reading
+        /// it: the client reads ECONNRESET.
+        case closeUnread
+        /// Read the request whole, then close without answering: the
+        /// client reads the end of the stream.
+        case closeAfterReading
+        /// Read the request whole and answer that a reboot has begun (the
+        /// request was not performed).
+        case answerRestarting
+    }
+
+    private let listener: Int32
+    private let script: Box<[Step]>
+    let requests = Box<[UInt8]>([])
+    private let socketPath: String
+    private let stopping = Box(false)
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(socketPath: String, script: [Step]) throws {
+        self.script = Box(script)
+        self.socketPath = socketPath
+        var address = try SocketIO.address(for: socketPath)
+        _ = unlink(socketPath)
+        listener = SocketIO.makeSocket()
+        guard listener >= 0 else { throw POSIXError(.EIO) }
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard rc == 0, listen(listener, 16) == 0 else {
+            close(listener)
+            throw POSIXError(.EIO)
+        }
+        Thread.detachNewThread { [self] in
+            serve()
+            finished.signal()
+        }
+    }
+
+    private func serve() {
+        while true {
+            let fd = accept(listener, nil, nil)
+            if fd < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            if stopping.value {
+                close(fd)
+                return
+            }
+            var step = Step.answer
+            script.update { steps in if !steps.isEmpty { step = steps.removeFirst() } }
+            handle(fd, step)
+            close(fd)
+        }
+    }
+
+    private func handle(_ fd: Int32, _ step: Step) {
+        if step == .closeUnread {
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            _ = poll(&p, 1, 5000)
+            return
+        }
+        guard case .frame(let payload) = SocketIO.readFrame(fd), let opcode = payload.first else { return }
+        requests.update { $0.append(opcode) }
+        if step == .answerRestarting { _ = SocketIO.sendFrame(fd, WireFormat.encodeError(AgentRestarting())) }
+        guard step == .answer else { return }
+        var reply: [UInt8] = [WireFormat.ResponseKind.ok.rawValue]
+        if opcode == WireFormat.Opcode.ping.rawValue {
+            let pid = UInt32(getpid())
+            reply += [UInt8(WireFormat.version >> 8), UInt8(WireFormat.version & 0xFF),
+                      UInt8(pid >> 24), UInt8(pid >> 16 & 0xFF), UInt8(pid >> 8 & 0xFF), UInt8(pid & 0xFF)]
+        }
+        _ = SocketIO.sendFrame(fd, reply)
+    }
+
+    /// Stops accepting and waits for the serving thread to end.
+    func stop() {
+        stopping.update { $0 = true }
+        if let fd = try? rawConnect(socketPath) { close(fd) }
+        finished.wait()
+        close(listener)
+    }
 }

@@ -267,6 +267,59 @@ struct AgentTests {
         #expect(try fresh.agentProcessID() != second)
     }
 
+    @Test("a reboot answers the request in progress, and answers later ones as not performed")
+    func rebootDrainsRequests() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        // An unlock slow enough to be in progress when the reboot starts.
+        try client.initialize(passcode: secret("1234"), options: Device.Options(passcodeCost: .fixed(logN: 18)))
+        try client.lock(immediately: true)
+        let pid = try client.agentProcessID()
+        let socketPath = try fixture.socketPath
+
+        let idle = try rawConnect(socketPath)
+        defer { close(idle) }
+        let unlocking = try rawConnect(socketPath)
+        defer { close(unlocking) }
+        var timeout = timeval(tv_sec: 30, tv_usec: 0)
+        setsockopt(unlocking, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        sendRaw(unlocking, frame(AgentRequest.unlock(passcode: secret("1234")).encoded()))
+        usleep(100_000)
+
+        let rebooted = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            try? client.reboot()
+            rebooted.signal()
+        }
+        // The reboot has begun (the socket is gone) while the unlock runs.
+        var waited = 0
+        while FileManager.default.fileExists(atPath: socketPath), waited < 200 {
+            usleep(5_000)
+            waited += 1
+        }
+        #expect(!FileManager.default.fileExists(atPath: socketPath))
+        #expect(isAlive(pid), "the agent ended before the unlock was answered")
+
+        // A request on a connection made before the reboot: answered as
+        // not performed ("restarting", 0x40), not left unanswered.
+        sendRaw(idle, frame(AgentRequest.status.encoded()))
+        let late = readToEnd(idle)
+        #expect(late.received == frame([WireFormat.ResponseKind.error.rawValue, 0x40]), "\(late.received)")
+
+        // The unlock in progress was performed and answered OK.
+        let answered = readToEnd(unlocking)
+        #expect(answered.received == frame([WireFormat.ResponseKind.ok.rawValue]), "\(answered.received)")
+        #expect(rebooted.wait(timeout: .now() + 30) == .success)
+        #expect(waitUntilGone(pid))
+
+        // The counted attempt was cleared by the successful unlock before
+        // the agent ended.
+        let status = try client.status()
+        #expect(status.state == .beforeFirstUnlock)
+        #expect(status.failedAttempts == 0)
+    }
+
     @Test("without a passcode the device boots unlocked")
     func rebootWithoutPasscode() throws {
         let fixture = try AgentFixture()
@@ -644,5 +697,65 @@ struct AgentWireFormatTests {
         // A frame that says something wrong.
         #expect(kind(try read([0x00, 0x00, 0x00, 0x00])) == "malformed")
         #expect(kind(try read([0xFF, 0xFF, 0xFF, 0xFF, 0x01])) == "malformed")
+    }
+
+    @Test("a request the agent never read is sent again; one it may have acted on only if repeating is harmless")
+    func repeatsOnlyWhatIsSafe() throws {
+        let unlock = WireFormat.Opcode.unlock.rawValue
+        let lock = WireFormat.Opcode.lock.rawValue
+        let ping = WireFormat.Opcode.ping.rawValue
+        func run(_ script: [ScriptedAgent.Step], _ body: (AgentClient) throws -> Void) throws -> (Result<Void, any Error>, [UInt8]) {
+            let fixture = try AgentFixture()
+            defer { fixture.tearDown() }
+            let agent = try ScriptedAgent(socketPath: try fixture.socketPath, script: script)
+            let outcome = Result { try body(try fixture.passiveClient()) }
+            agent.stop()
+            return (outcome, agent.requests.value)
+        }
+        func unavailable(_ outcome: Result<Void, any Error>) -> Bool {
+            if case .failure(AgentError.unavailable) = outcome { return true }
+            return false
+        }
+
+        // Closed with the request unread (ECONNRESET): never acted on, so
+        // even a passcode attempt is sent again, and counted once.
+        var (outcome, requests) = try run([.answer, .closeUnread]) { try $0.unlock(passcode: secret("1234")) }
+        #expect((try? outcome.get()) != nil, "\(outcome)")
+        #expect(requests == [ping, unlock])
+
+        // Read, then closed without an answer: the attempt may have been
+        // counted, so it is not repeated.
+        (outcome, requests) = try run([.answer, .closeAfterReading]) { try $0.unlock(passcode: secret("1234")) }
+        #expect(unavailable(outcome), "\(outcome)")
+        #expect(requests == [ping, unlock])
+
+        // A lock is harmless to repeat.
+        (outcome, requests) = try run([.answer, .closeAfterReading]) { try $0.lock(immediately: true) }
+        #expect((try? outcome.get()) != nil, "\(outcome)")
+        #expect(requests == [ping, lock, lock])
+
+        // Answered "restarting": not performed, so sent again.
+        (outcome, requests) = try run([.answer, .answerRestarting, .answerRestarting]) { try $0.unlock(passcode: secret("1234")) }
+        #expect((try? outcome.get()) != nil, "\(outcome)")
+        #expect(requests == [ping, unlock, unlock, unlock])
+
+        // An agent that never reads: a few tries, then unavailable.
+        (outcome, requests) = try run([.answer] + Array(repeating: .closeUnread, count: 8)) { try $0.lock(immediately: false) }
+        #expect(unavailable(outcome), "\(outcome)")
+        #expect(requests == [ping])
+    }
+
+    @Test("a Unix stream socket reads ECONNRESET when its peer closed with the request unread")
+    func resetMeansUnread() throws {
+        var fds: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0 else { throw POSIXError(.EIO) }
+        defer { close(fds[0]) }
+        #expect(SocketIO.sendFrame(fds[0], [0x05, 0x01]))
+        close(fds[1])
+        guard case .failed(let e) = SocketIO.readFrame(fds[0]) else {
+            Issue.record("expected a failed read")
+            return
+        }
+        #expect(e == ECONNRESET)
     }
 }
