@@ -391,13 +391,23 @@ struct Get: ParsableCommand {
     }
 
     /// Fetches a tree. Objects are read in groups of up to 256 per
-    /// directory, their keys unwrapped together, and each is written to a
-    /// temporary file beside its target; once 4,096 are waiting (and at
-    /// the end), one sync of each file system written to makes them
-    /// durable before they are renamed into place, on a thread of its own
-    /// while the next files are fetched, and a last sync makes the renames
-    /// durable. Every file is whole or absent.
+    /// directory, their keys unwrapped together, and written from every
+    /// core.
+    ///
+    /// Into a directory that does not exist yet, the tree is built inside a
+    /// temporary directory beside it, made durable with one sync of its
+    /// file system and renamed into place: it appears whole or not at all,
+    /// and no file needs a rename of its own.
+    ///
+    /// Into an existing directory, each file is written to a temporary
+    /// file beside its target; once 4,096 are waiting (and at the end), one
+    /// sync of each file system written to makes them durable before they
+    /// are renamed into place, on a thread of its own while the next files
+    /// are fetched, and a last sync makes the renames durable. Every file
+    /// is whole or absent.
     func exportTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
+        var st = stat()
+        if lstat(local, &st) != 0, errno == ENOENT { return try exportNewTree(store, from: source, to: local) }
         let export = TreeExport()
         do {
             try exportDirectory(store, from: source, to: local, export)
@@ -411,29 +421,74 @@ struct Get: ParsableCommand {
         return export.count
     }
 
-    private func exportDirectory(_ store: Store, from source: StorePath, to local: String, _ export: TreeExport) throws {
+    private func exportNewTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
+        let trimmed = local.count > 1 && local.hasSuffix("/") ? String(local.dropLast()) : local
+        let parent = (trimmed as NSString).deletingLastPathComponent.isEmpty ? "." : (trimmed as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
+        let staging = parent + "/.locker-" + UUID().uuidString + ".tmp"
+        guard mkdir(staging, 0o777) == 0 else {
+            throw CommandFailure(.failure, "cannot write into \(parent): \(String(cString: strerror(errno)))")
+        }
+        do {
+            let count = try exportDirectory(store, from: source, to: staging, nil)
+            do {
+                try FileSystem().syncFileSystem(containing: staging)
+            } catch {
+                throw CommandFailure(.failure, "cannot write into \(parent): \(error)")
+            }
+            guard try FileSystem().renameIfAbsent(staging, to: trimmed) else {
+                throw CommandFailure(.failure, "cannot write \(trimmed): it was created by something else during the fetch")
+            }
+            // The files are durable already; this makes the name durable.
+            let parentFD = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            if parentFD >= 0 {
+                _ = fsync(parentFD)
+                Foundation.close(parentFD)
+            }
+            return count
+        } catch {
+            try? FileManager.default.removeItem(atPath: staging)
+            throw error
+        }
+    }
+
+    /// Fetches the directory `source` into `local`. With an `export`, each
+    /// file goes to a temporary name that `export` commits later; without
+    /// one (inside a new tree's temporary directory), straight to its name.
+    /// Returns how many files were written.
+    @discardableResult
+    private func exportDirectory(_ store: Store, from source: StorePath, to local: String, _ export: TreeExport?) throws -> Int {
         try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
-        export.noteDirectory(local)
+        export?.noteDirectory(local)
+        var count = 0
         // One pass over the directory: each header is read once.
         let listing = try store.listForFetch(source)
         for directory in listing.directories {
-            try exportDirectory(store, from: directory, to: local + "/" + directory.name, export)
+            count += try exportDirectory(store, from: directory, to: local + "/" + directory.name, export)
         }
         let objects = listing.objects
         for start in stride(from: 0, to: objects.count, by: 256) {
             let group = try store.prepareReads(Array(objects[start..<min(objects.count, start + 256)]))
             // Both cores: a small object is one chunk, decrypted on one.
-            let results = fetchGroup(store, group, into: local)
-            export.add(results.compactMap { $0.written })
-            if let failure = results.lazy.compactMap({ $0.error }).first { throw failure }
-            if export.waitingCount >= 4096 { try export.commitWaiting() }
+            let results = fetchGroup(store, group, into: local, temporaries: export != nil)
+            if let failure = results.lazy.compactMap({ $0.error }).first {
+                export?.add(results.compactMap { $0.written })
+                throw failure
+            }
+            count += results.count
+            if let export {
+                export.add(results.compactMap { $0.written })
+                if export.waitingCount >= 4096 { try export.commitWaiting() }
+            }
         }
+        return count
     }
 
-    /// Writes each object of `group` to a new temporary file in `local`,
-    /// several at once. Each result holds the temporary file (if one was
-    /// created) and the error, if any.
-    private func fetchGroup(_ store: Store, _ group: [PreparedRead], into local: String)
+    /// Writes each object of `group` to a new file in `local`, several at
+    /// once: a temporary file beside its target when `temporaries` is set,
+    /// else the target itself. Each result holds the file written (if one
+    /// was created) and the error, if any.
+    private func fetchGroup(_ store: Store, _ group: [PreparedRead], into local: String, temporaries: Bool)
         -> [(written: (temporary: String, target: String)?, error: (any Error)?)] {
         typealias Result = (written: (temporary: String, target: String)?, error: (any Error)?)
         // Each iteration writes only its own slot of a buffer allocated up
@@ -445,7 +500,7 @@ struct Get: ParsableCommand {
         DispatchQueue.concurrentPerform(iterations: group.count) { i in
             let object = shared.group[i]
             let target = local + "/" + object.path.name
-            let temporary = local + "/.locker-" + UUID().uuidString + ".tmp"
+            let temporary = temporaries ? local + "/.locker-" + UUID().uuidString + ".tmp" : target
             let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             guard fd >= 0 else {
                 shared.slots[i].error = CommandFailure(.failure, "cannot write \(target): \(String(cString: strerror(errno)))")

@@ -55,6 +55,7 @@ struct TreeCLITests {
                 #expect(FileManager.default.contents(atPath: out + "/" + path) == data, "\(path)")
             }
             #expect(localFiles(out).filter { $0.contains(".locker-") }.isEmpty)
+            #expect(localFiles(f.root).filter { $0.contains(".locker-") }.isEmpty)
             #expect(try f.raw(["verify", "--read-data"]).status == 0)
 
             // Again with new contents: every object replaced, the old data
@@ -83,10 +84,23 @@ struct TreeCLITests {
             try f.ok(["put", "-r", local, "/t"])
             try f.ok(["lock", "--now"])
             let out = f.root + "/out"
+            let rootBefore = localFiles(f.root)
             let get = try f.raw(["get", "-r", "/t", out])
             expectProtectedDataUnavailable(get)
-            // Files already fetched are whole; nothing temporary is left.
+            // A new DEST appears whole or not at all: nothing is left,
+            // not even the temporary directory it was built in.
+            #expect(!FileManager.default.fileExists(atPath: out))
+            #expect(localFiles(f.root) == rootBefore)
+
+            // Into an existing DEST: files already fetched are whole, and
+            // nothing temporary is left.
+            try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+            let into = try f.raw(["get", "-r", "/t", out])
+            expectProtectedDataUnavailable(into)
             #expect(localFiles(out).filter { $0.contains(".locker-") }.isEmpty)
+            // (Fewer than 4,096 files wait for one commit, so none is
+            // renamed in here; largeTreeFetchCommitsInGroupsAndFailsCleanly
+            // fails after a commit.)
             for path in localFiles(out + "/many") {
                 let i = Int(path.dropFirst())!
                 #expect(FileManager.default.contents(atPath: out + "/many/" + path) == sampleBytes("v1-many-\(i)", size: 1 + (i * 131) % 16_000))
@@ -102,12 +116,13 @@ struct TreeCLITests {
     }
 
     /// A tree of more than 4,096 objects is stored in several batches
-    /// (one committed while the next is staged) and fetched in several
-    /// commits,
-    /// each on a thread of its own while the next files are written. A
-    /// damaged object fetched after the first commit began fails the
-    /// fetch with 65: every file in DEST is whole, and no temporary is
-    /// left, whether its commit had started or not.
+    /// (one committed while the next is staged). Fetched into an existing
+    /// directory, it is committed in several groups, each on a thread of
+    /// its own while the next files are written; a damaged object fetched
+    /// after the first commit began fails the fetch with 65: every file in
+    /// DEST is whole, and no temporary is left, whether its commit had
+    /// started or not. Fetched into a new directory, the same failure
+    /// leaves nothing.
     @Test func largeTreeFetchCommitsInGroupsAndFailsCleanly() throws {
         try withStoreFixture { f in
             try f.initialize()
@@ -132,6 +147,13 @@ struct TreeCLITests {
             // /t's own objects are fetched after its subdirectories.
             let damaged = try f.putInline("/t/zlast", sampleBytes("zlast", size: 300))
             try flipBit(damaged, at: fileSize(damaged) - 5)
+            let rootBefore = localFiles(f.root)
+            let failedNew = try f.raw(["get", "-r", "/t", out], timeout: 120)
+            #expect(failedNew.status == 65 && failedNew.stderr.contains("integrity failure"), "\(failedNew)")
+            #expect(!FileManager.default.fileExists(atPath: out))
+            #expect(localFiles(f.root) == rootBefore, "the temporary tree was left")
+
+            try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
             let failed = try f.raw(["get", "-r", "/t", out], timeout: 120)
             #expect(failed.status == 65 && failed.stderr.contains("integrity failure"), "\(failed)")
             let present = localFiles(out)
