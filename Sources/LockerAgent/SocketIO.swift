@@ -1,3 +1,4 @@
+internal import LockerCrypto
 #if canImport(Glibc)
 internal import Glibc
 #endif
@@ -191,12 +192,9 @@ struct ErrnoCode: Error {
 /// Wiping of temporary buffers that held secrets on their way to or from
 /// the socket.
 enum Secrets {
-    /// Zeroes `bytes` in place (explicit_bzero: the compiler cannot drop
-    /// it). Call it only on a uniquely referenced array, or the write goes
-    /// to a copy.
+    /// Zeroes `bytes` in place (``SecretBytes/wipe(_:)``). Call it only on
+    /// a uniquely referenced array, or the write goes to a copy.
     static func wipe(_ bytes: inout [UInt8]) {
-        bytes.withUnsafeMutableBytes { raw in
-            if let base = raw.baseAddress { explicit_bzero(base, raw.count) }
-        }
+        SecretBytes.wipe(&bytes)
     }
 }

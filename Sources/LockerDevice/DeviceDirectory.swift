@@ -56,30 +56,32 @@ public struct DeviceDirectory: Sendable {
     func loadUID(create: Bool) throws -> SecretBytes {
         if try create && !present(uidPath) {
             let uid = try SecretBytes(randomCount: 32)
-            try write(uidPath, uid.withUnsafeBytes { Array($0) })
+            try writeSecret(uidPath, uid)
             return uid
         }
         var bytes = try read(uidPath, what: "uid")
-        defer { Self.zero(&bytes) }
+        defer { SecretBytes.wipe(&bytes) }
         guard bytes.count == 32 else { throw DeviceError.integrity("uid") }
         return SecretBytes(copying: bytes)
     }
 
-    /// Best effort: overwrites a transient copy of a device secret before
-    /// it is released. The kept copy lives in ``SecretBytes``.
-    static func zero(_ bytes: inout [UInt8]) {
-        for i in bytes.indices { bytes[i] = 0 }
-    }
-
     func loadEffaceable() throws -> SecretBytes {
         var bytes = try read(effaceablePath, what: "effaceable key")
-        defer { Self.zero(&bytes) }
+        defer { SecretBytes.wipe(&bytes) }
         guard bytes.count == 32 else { throw DeviceError.integrity("effaceable key") }
         return SecretBytes(copying: bytes)
     }
 
     func writeEffaceable(_ key: SecretBytes) throws {
-        try write(effaceablePath, key.withUnsafeBytes { Array($0) })
+        try writeSecret(effaceablePath, key)
+    }
+
+    /// Writes a device secret; the transient copy handed to the file
+    /// system is wiped afterwards. The kept copy lives in ``SecretBytes``.
+    private func writeSecret(_ path: String, _ key: SecretBytes) throws {
+        var bytes = key.withUnsafeBytes { Array($0) }
+        defer { SecretBytes.wipe(&bytes) }
+        try write(path, bytes)
     }
 
     func readKeybag() throws -> [UInt8] { try read(keybagPath, what: "keybag") }

@@ -60,6 +60,24 @@ struct SecretBytesTests {
         #expect(a != b)
     }
 
+    @Test("wipe zeroes a transient copy in place, whatever its length")
+    func wipeTransientCopy() throws {
+        for count in [0, 1, 32, 4097] {
+            var bytes = (0..<count).map { UInt8(truncatingIfNeeded: $0 * 7 + 1) }
+            let before = bytes.count
+            SecretBytes.wipe(&bytes)
+            #expect(bytes.count == before)
+            #expect(bytes.allSatisfy { $0 == 0 })
+        }
+        // Through a pointer to the same storage: the wipe wrote there, not
+        // to a copy.
+        var key = [UInt8](repeating: 0xA5, count: 32)
+        let address = key.withUnsafeBytes { UInt(bitPattern: $0.baseAddress) }
+        SecretBytes.wipe(&key)
+        #expect(key.withUnsafeBytes { UInt(bitPattern: $0.baseAddress) } == address)
+        #expect(key == [UInt8](repeating: 0, count: 32))
+    }
+
     @Test("constantTimeEquals")
     func constantTime() {
         #expect(constantTimeEquals([], []))

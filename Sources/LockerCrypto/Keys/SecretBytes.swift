@@ -141,6 +141,18 @@ public final class SecretBytes: @unchecked Sendable {
     }
 }
 
+extension SecretBytes {
+    /// Overwrites a transient copy of secret bytes (a buffer on its way to
+    /// or from a file or a socket) with `OPENSSL_cleanse`, which the
+    /// compiler cannot drop. Call it only on a uniquely referenced array,
+    /// or the write goes to a copy.
+    public static func wipe(_ bytes: inout [UInt8]) {
+        bytes.withUnsafeMutableBytes { raw in
+            if let base = raw.baseAddress { OPENSSL_cleanse(base, raw.count) }
+        }
+    }
+}
+
 extension SecretBytes: Equatable {
     /// Constant-time comparison. Unequal lengths compare unequal; the time
     /// taken depends on the lengths only.
