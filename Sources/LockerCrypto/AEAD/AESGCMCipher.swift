@@ -12,10 +12,10 @@ public final class AESGCMCipher {
     /// Schedules `key`, which must be 32 bytes.
     public init(key: SecretBytes) throws {
         guard key.count == AESGCM.keyByteCount else { throw CryptoError.invalidKeySize }
-        guard let context = EVP_CIPHER_CTX_new() else { throw CryptoError.internalFailure }
+        guard let cipher = Fetched.aes256GCM?.pointer, let context = EVP_CIPHER_CTX_new() else { throw CryptoError.internalFailure }
         self.context = context
         let ok = key.withUnsafeBytes { k in
-            EVP_CipherInit_ex(context, EVP_aes_256_gcm(), nil, k.bindMemory(to: UInt8.self).baseAddress, nil, 1) == 1
+            EVP_CipherInit_ex(context, cipher, nil, k.bindMemory(to: UInt8.self).baseAddress, nil, 1) == 1
         }
         guard ok else { throw CryptoError.internalFailure }
     }

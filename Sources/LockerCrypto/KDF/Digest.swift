@@ -8,8 +8,9 @@ public enum Digest {
         defer { EVP_MD_CTX_free(context) }
         var out = [UInt8](repeating: 0, count: hash.byteCount)
         var length: UInt32 = 0
+        let digest = try hash.evp
         let ok = message.withUnsafeBytes { m in
-            EVP_DigestInit_ex(context, hash.evp, nil) == 1
+            EVP_DigestInit_ex(context, digest, nil) == 1
                 && EVP_DigestUpdate(context, m.baseAddress, m.count) == 1
                 && EVP_DigestFinal_ex(context, &out, &length) == 1
         }
@@ -24,10 +25,11 @@ public enum Digest {
         guard let context = EVP_MD_CTX_new() else { throw CryptoError.internalFailure }
         defer { EVP_MD_CTX_free(context) }
         let counter: [UInt8] = [0, 0, 0, 1]
+        let digest = try HashFunction.sha256.evp
         return try SecretBytes(count: 32) { out throws in
             var length: UInt32 = 0
             let ok = z.withUnsafeBytes { secret in
-                EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1
+                EVP_DigestInit_ex(context, digest, nil) == 1
                     && EVP_DigestUpdate(context, counter, 4) == 1
                     && EVP_DigestUpdate(context, secret.baseAddress, secret.count) == 1
                     && otherInfo.withUnsafeBytes { EVP_DigestUpdate(context, $0.baseAddress, $0.count) } == 1

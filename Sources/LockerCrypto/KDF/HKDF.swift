@@ -20,10 +20,27 @@ public enum HashFunction: Sendable {
         }
     }
 
+    /// The fetched digest (see ``Fetched``).
     var evp: OpaquePointer {
-        switch self {
-        case .sha256: EVP_sha256()
-        case .sha512: EVP_sha512()
+        get throws {
+            let fetched = switch self {
+            case .sha256: Fetched.sha256
+            case .sha512: Fetched.sha512
+            }
+            guard let fetched else { throw CryptoError.internalFailure }
+            return fetched.pointer
+        }
+    }
+
+    /// An HMAC context with this digest and no key, to copy (see ``Fetched``).
+    var hmacTemplate: OpaquePointer {
+        get throws {
+            let fetched = switch self {
+            case .sha256: Fetched.hmacSHA256
+            case .sha512: Fetched.hmacSHA512
+            }
+            guard let fetched else { throw CryptoError.internalFailure }
+            return fetched.pointer
         }
     }
 }

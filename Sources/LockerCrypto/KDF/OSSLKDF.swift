@@ -55,8 +55,7 @@ enum OSSLKDF {
         let parameters = Parameters()
         try configure(parameters)
         parameters.list.append(OSSL_PARAM_construct_end())
-        guard let kdf = EVP_KDF_fetch(nil, algorithm, nil) else { throw CryptoError.internalFailure }
-        defer { EVP_KDF_free(kdf) }
+        guard let kdf = Fetched.kdf(algorithm)?.pointer else { throw CryptoError.internalFailure }
         guard let context = EVP_KDF_CTX_new(kdf) else { throw CryptoError.internalFailure }
         defer { EVP_KDF_CTX_free(context) }
         return try SecretBytes(count: outputByteCount) { out throws in

@@ -61,10 +61,11 @@ public enum AESKeyWrap {
         let c: OpaquePointer? = switch (mode, kekSize) {
         case (.kw, 16): EVP_aes_128_wrap()
         case (.kw, 24): EVP_aes_192_wrap()
-        case (.kw, 32): EVP_aes_256_wrap()
+        // The size Locker uses, fetched once (see Fetched).
+        case (.kw, 32): Fetched.aes256Wrap?.pointer
         case (.kwp, 16): EVP_aes_128_wrap_pad()
         case (.kwp, 24): EVP_aes_192_wrap_pad()
-        case (.kwp, 32): EVP_aes_256_wrap_pad()
+        case (.kwp, 32): Fetched.aes256WrapPad?.pointer
         default: nil
         }
         guard let c else { throw CryptoError.invalidKeySize }

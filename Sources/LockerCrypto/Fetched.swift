@@ -1,0 +1,60 @@
+internal import COpenSSL
+#if canImport(Glibc)
+internal import Glibc
+#endif
+
+/// Algorithm implementations fetched from libcrypto once per process.
+///
+/// OpenSSL 3 looks an algorithm up by name, under a lock, every time a
+/// legacy getter such as `EVP_aes_256_gcm()` is passed to an init call or
+/// a one-shot such as `HMAC()` runs; storing many small objects made that
+/// lookup a measurable share of the CPU. A fetched implementation is
+/// looked up once, shared by every thread (libcrypto allows it), and never
+/// freed. Nil when libcrypto lacks it; callers then throw
+/// ``CryptoError/internalFailure``.
+enum Fetched {
+    /// A libcrypto object that is only read after it is made.
+    struct Handle: @unchecked Sendable {
+        let pointer: OpaquePointer
+    }
+
+    static let aes256GCM: Handle? = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil).map(Handle.init)
+    static let aes256Wrap: Handle? = EVP_CIPHER_fetch(nil, "AES-256-WRAP", nil).map(Handle.init)
+    static let aes256WrapPad: Handle? = EVP_CIPHER_fetch(nil, "AES-256-WRAP-PAD", nil).map(Handle.init)
+    static let sha256: Handle? = EVP_MD_fetch(nil, "SHA2-256", nil).map(Handle.init)
+    static let sha512: Handle? = EVP_MD_fetch(nil, "SHA2-512", nil).map(Handle.init)
+
+    /// An HMAC context with its digest set and no key: each MAC starts from
+    /// a copy (`EVP_MAC_CTX_dup`), so the digest is not looked up again.
+    static let hmacSHA256: Handle? = macTemplate(digest: "SHA2-256")
+    static let hmacSHA512: Handle? = macTemplate(digest: "SHA2-512")
+
+    /// Fetched KDFs by name ("HKDF", "SCRYPT").
+    static func kdf(_ name: String) -> Handle? {
+        switch name {
+        case "HKDF": hkdf
+        default: EVP_KDF_fetch(nil, name, nil).map(Handle.init)
+        }
+    }
+
+    private static let hkdf: Handle? = EVP_KDF_fetch(nil, "HKDF", nil).map(Handle.init)
+
+    private static func macTemplate(digest: String) -> Handle? {
+        guard let mac = EVP_MAC_fetch(nil, "HMAC", nil) else { return nil }
+        defer { EVP_MAC_free(mac) }
+        guard let context = EVP_MAC_CTX_new(mac) else { return nil }
+        let key = strdup(OSSL_MAC_PARAM_DIGEST)
+        let value = strdup(digest)
+        defer {
+            free(key)
+            free(value)
+        }
+        let params = [OSSL_PARAM_construct_utf8_string(key, value, 0), OSSL_PARAM_construct_end()]
+        let ok = key != nil && value != nil && EVP_MAC_CTX_set_params(context, params) == 1
+        guard ok else {
+            EVP_MAC_CTX_free(context)
+            return nil
+        }
+        return Handle(pointer: context)
+    }
+}
