@@ -22,26 +22,17 @@ public enum HashFunction: Sendable {
 
     /// The fetched digest (see ``Fetched``).
     var evp: OpaquePointer {
-        get throws {
-            let fetched = switch self {
-            case .sha256: Fetched.sha256
-            case .sha512: Fetched.sha512
-            }
-            guard let fetched else { throw CryptoError.internalFailure }
-            return fetched.pointer
-        }
+        get throws { try Self.pointer(self == .sha256 ? Fetched.sha256 : Fetched.sha512) }
     }
 
     /// An HMAC context with this digest and no key, to copy (see ``Fetched``).
     var hmacTemplate: OpaquePointer {
-        get throws {
-            let fetched = switch self {
-            case .sha256: Fetched.hmacSHA256
-            case .sha512: Fetched.hmacSHA512
-            }
-            guard let fetched else { throw CryptoError.internalFailure }
-            return fetched.pointer
-        }
+        get throws { try Self.pointer(self == .sha256 ? Fetched.hmacSHA256 : Fetched.hmacSHA512) }
+    }
+
+    private static func pointer(_ fetched: Fetched.Handle?) throws -> OpaquePointer {
+        guard let fetched else { throw CryptoError.internalFailure }
+        return fetched.pointer
     }
 }
 
