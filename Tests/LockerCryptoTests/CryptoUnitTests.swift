@@ -1,5 +1,7 @@
+import Foundation
 import LockerCrypto
 import Testing
+import Synchronization
 
 @Suite("SecretBytes")
 struct SecretBytesTests {
@@ -37,6 +39,36 @@ struct SecretBytesTests {
                 #expect(secret.withUnsafeBytes { Array($0) } == bytes)
             }
         }
+    }
+
+    @Test("with the secure heap full of secrets, a new thread still draws random bytes and seals")
+    func secretsLeaveRoomForLibcrypto() throws {
+        // More than the 256 KiB arena holds.
+        let secrets = (0..<12_000).map { _ in SecretBytes(copying: [UInt8](repeating: 0x5A, count: 32)) }
+        // A thread that has never drawn random bytes: libcrypto makes its
+        // generators for it now, in the arena.
+        let outcome = Mutex<String?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            do {
+                let key = try SecretBytes(randomCount: 32)
+                let cipher = try AESGCMCipher(key: key)
+                var sealed = [UInt8](repeating: 0, count: 16 + 4)
+                let message: [UInt8] = [1, 2, 3, 4]
+                try message.withUnsafeBytes { m in
+                    try sealed.withUnsafeMutableBytes { out in
+                        try cipher.seal(m, nonce: try .random(), authenticating: UnsafeRawBufferPointer(start: nil, count: 0), into: out)
+                    }
+                }
+                outcome.withLock { $0 = "ok" }
+            } catch {
+                outcome.withLock { $0 = "\(error)" }
+            }
+            done.signal()
+        }
+        done.wait()
+        withExtendedLifetime(secrets) {}
+        #expect(outcome.withLock { $0 } == "ok")
     }
 
     @Test("description and debugDescription are redacted")

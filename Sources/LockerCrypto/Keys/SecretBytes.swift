@@ -10,7 +10,7 @@ internal import Glibc
 ///
 /// - The bytes are in libcrypto's secure heap (one arena per process,
 ///   locked into memory and excluded from core dumps), or, when that is
-///   full, in pages of their own, locked where the `RLIMIT_MEMLOCK` limit
+///   nearly full (a quarter stays for libcrypto), in pages of their own, locked where the `RLIMIT_MEMLOCK` limit
 ///   allows and excluded from core dumps.
 /// - `deinit` overwrites the whole allocation with `OPENSSL_cleanse`
 ///   (`CRYPTO_secure_clear_free` in the arena) before releasing it.
@@ -96,9 +96,19 @@ public final class SecretBytes: @unchecked Sendable {
         return rc == 1 || rc == 2
     }()
 
+    /// Bytes of the arena left to libcrypto itself. Its random generators
+    /// (one pair per thread, made on a thread's first use) and some key
+    /// schedules are allocated there, and fail, rather than fall back, when
+    /// the arena is full: with the arena filled by secrets, a new thread's
+    /// first random bytes failed ("unable to create drbg").
+    private static let reservedForLibcrypto = 64 << 10
+
     private static func allocate(_ count: Int) throws -> (UnsafeMutableRawPointer, Int, Placement) {
         let size = max(1, count)
-        if secureHeapReady, let raw = CRYPTO_secure_zalloc(size, nil, 0) {
+        // Threads racing past the check overshoot by a few secrets at most,
+        // well inside the reserve.
+        if secureHeapReady, CRYPTO_secure_used() + size + reservedForLibcrypto <= secureHeapBytes,
+           let raw = CRYPTO_secure_zalloc(size, nil, 0) {
             // Full: libcrypto fell back to its ordinary heap. Not for us.
             if CRYPTO_secure_allocated(raw) == 1 { return (raw, size, .secureHeap) }
             CRYPTO_clear_free(raw, size, nil, 0)
