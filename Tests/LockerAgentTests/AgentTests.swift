@@ -284,8 +284,17 @@ struct AgentTests {
         defer { close(unlocking) }
         var timeout = timeval(tv_sec: 30, tv_usec: 0)
         setsockopt(unlocking, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let recordPath = fixture.device + "/record"
+        let recordBefore = FileManager.default.contents(atPath: recordPath)
         sendRaw(unlocking, frame(AgentRequest.unlock(passcode: secret("1234")).encoded()))
-        usleep(100_000)
+        // The device counts the attempt (rewrites its record) before the
+        // scrypt: from then on the unlock is in progress.
+        var polls = 0
+        while FileManager.default.contents(atPath: recordPath) == recordBefore, polls < 1000 {
+            usleep(5_000)
+            polls += 1
+        }
+        #expect(FileManager.default.contents(atPath: recordPath) != recordBefore, "the unlock never started")
 
         let rebooted = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
