@@ -10,19 +10,27 @@ func parallelFor(_ count: Int, _ body: (Int) throws -> Void) throws {
         try body(0)
         return
     }
-    let errors = UnsafeMutableBufferPointer<(any Error)?>.allocate(capacity: count)
-    errors.initialize(repeating: nil)
-    defer { errors.deallocate() }
-    // Each iteration writes only its own slot, and everything `body`
-    // touches is owned by the caller for the duration of this call.
-    withoutActuallyEscaping(body) { escapable in
-        let shared = Unchecked((escapable, errors))
-        DispatchQueue.concurrentPerform(iterations: count) { i in
-            let (run, slots) = shared.value
-            do { try run(i) } catch { slots[i] = error }
+    try withErrorSlots(count) { errors in
+        // Each iteration writes only its own slot, and everything `body`
+        // touches is owned by the caller for the duration of this call.
+        withoutActuallyEscaping(body) { escapable in
+            let shared = Unchecked((escapable, errors))
+            DispatchQueue.concurrentPerform(iterations: count) { i in
+                let (run, slots) = shared.value
+                do { try run(i) } catch { slots[i] = error }
+            }
         }
     }
-    if let error = errors.compactMap({ $0 }).first { throw error }
+}
+
+/// Gives `body` one error slot per index, for threads that each write only
+/// their own, then rethrows the error of the lowest index that failed.
+private func withErrorSlots(_ count: Int, _ body: (UnsafeMutableBufferPointer<(any Error)?>) -> Void) throws {
+    let errors = UnsafeMutableBufferPointer<(any Error)?>.allocate(capacity: count)
+    errors.initialize(repeating: nil)
+    defer { errors.deinitialize().deallocate() }
+    body(errors)
+    if let error = errors.lazy.compactMap({ $0 }).first { throw error }
 }
 
 /// Runs `body` for 0..<count on `width` threads (the caller's among them)
@@ -35,36 +43,34 @@ func parallelFor(_ count: Int, width: Int, _ body: (Int) throws -> Void) throws 
         for i in 0..<count { try body(i) }
         return
     }
-    let errors = UnsafeMutableBufferPointer<(any Error)?>.allocate(capacity: count)
-    errors.initialize(repeating: nil)
-    defer { errors.deallocate() }
     let next = IndexCounter()
-    // As in parallelFor(_:_:): each index writes only its own slot, and
-    // every thread is done with `body` before this returns. A thread may
-    // release its closure later, so the threads hold `body` through a box
-    // that is emptied before `body` stops being valid.
-    withoutActuallyEscaping(body) { escapable in
-        let box = Unchecked(BodyBox(escapable))
-        let slots = Unchecked(errors)
-        let done = DispatchGroup()
-        @Sendable func work() {
-            guard let run = box.value.run else { return }
-            while let i = next.take(below: count) {
-                do { try run(i) } catch { slots.value[i] = error }
+    try withErrorSlots(count) { errors in
+        // As in parallelFor(_:_:): each index writes only its own slot, and
+        // every thread is done with `body` before this returns. A thread may
+        // release its closure later, so the threads hold `body` through a
+        // box that is emptied before `body` stops being valid.
+        withoutActuallyEscaping(body) { escapable in
+            let box = Unchecked(BodyBox(escapable))
+            let slots = Unchecked(errors)
+            let done = DispatchGroup()
+            @Sendable func work() {
+                guard let run = box.value.run else { return }
+                while let i = next.take(below: count) {
+                    do { try run(i) } catch { slots.value[i] = error }
+                }
             }
+            for _ in 1..<width {
+                done.enter()
+                Thread {
+                    work()
+                    done.leave()
+                }.start()
+            }
+            work()
+            done.wait()
+            box.value.run = nil
         }
-        for _ in 1..<width {
-            done.enter()
-            Thread {
-                work()
-                done.leave()
-            }.start()
-        }
-        work()
-        done.wait()
-        box.value.run = nil
     }
-    if let error = errors.compactMap({ $0 }).first { throw error }
 }
 
 /// A closure that can be let go of before the last reference to its box.
