@@ -59,8 +59,7 @@ struct Init: ParsableCommand {
         try client.initialize(passcode: passcode, options: Device.Options(
             graceSeconds: grace, eraseAfter: eraseAfter ?? 0, defaultClass: defaultClass.value,
             passcodeCost: .calibrated(milliseconds: 100)))
-        try FileManager.default.createDirectory(atPath: global.storePath, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
+        try makeLocalDirectory(global.storePath, mode: 0o700)
         let status = try client.status()
         if output.json {
             try printJSON(StatusReport(status, devicePath: global.devicePath, storePath: global.storePath))

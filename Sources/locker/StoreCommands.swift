@@ -424,7 +424,7 @@ struct Get: ParsableCommand {
     private func exportNewTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
         let trimmed = local.count > 1 && local.hasSuffix("/") ? String(local.dropLast()) : local
         let parent = (trimmed as NSString).deletingLastPathComponent.isEmpty ? "." : (trimmed as NSString).deletingLastPathComponent
-        try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
+        try makeLocalDirectory(parent)
         let staging = parent + "/.locker-" + UUID().uuidString + ".tmp"
         guard mkdir(staging, 0o777) == 0 else {
             throw CommandFailure(.failure, "cannot write into \(parent): \(String(cString: strerror(errno)))")
@@ -458,7 +458,7 @@ struct Get: ParsableCommand {
     /// Returns how many files were written.
     @discardableResult
     private func exportDirectory(_ store: Store, from source: StorePath, to local: String, _ export: TreeExport?) throws -> Int {
-        try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
+        try makeLocalDirectory(local)
         export?.noteDirectory(local)
         var count = 0
         // One pass over the directory: each header is read once.
@@ -605,6 +605,30 @@ struct UncheckedStore: @unchecked Sendable {
     let store: Store
     let group: [PreparedRead]
     let slots: UnsafeMutableBufferPointer<(written: (temporary: String, target: String)?, error: (any Error)?)>
+}
+
+/// Creates the local directory `path` and any missing parents (`mode`
+/// for those it creates, less the umask), like `mkdir -p`; an existing
+/// directory is fine. Fails with one line naming the path: something that
+/// is not a directory in the way, or the error of the `mkdir` that failed.
+func makeLocalDirectory(_ path: String, mode: mode_t = 0o777) throws {
+    var st = stat()
+    if stat(path, &st) == 0 {
+        guard st.st_mode & S_IFMT == S_IFDIR else {
+            throw CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory")
+        }
+        return
+    }
+    let trimmed = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
+    let parent = (trimmed as NSString).deletingLastPathComponent
+    if !parent.isEmpty, parent != trimmed { try makeLocalDirectory(parent, mode: mode) }
+    guard mkdir(trimmed, mode) == 0 || errno == EEXIST else {
+        throw CommandFailure(.failure, "cannot create directory \(trimmed): \(String(cString: strerror(errno)))")
+    }
+    // Another process may have made something else there meanwhile.
+    guard stat(trimmed, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
+        throw CommandFailure(.failure, "cannot write into \(trimmed): it exists and is not a directory")
+    }
 }
 
 /// syncfs(2) on the file system holding `directory`: one journal commit
@@ -1008,13 +1032,12 @@ struct Export: ParsableCommand {
             throw CommandFailure(.alreadyExists, "/manifest.json in the store collides with the export's manifest",
                                  hint: "move it first, for example 'locker mv /manifest.json /manifest.json.orig'")
         }
-        try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
+        try makeLocalDirectory(destination, mode: 0o700)
         var entries: [Entry] = []
         try store.walk(.root) { path, isDirectory in
             let local = destination + path.description
             if isDirectory {
-                try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
+                try makeLocalDirectory(local)
                 return
             }
             guard case .object(let info) = try store.stat(path).kind else { return }

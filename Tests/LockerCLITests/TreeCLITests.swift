@@ -74,6 +74,39 @@ struct TreeCLITests {
         }
     }
 
+    /// A new DEST may end in "/" and may need parents; an existing file
+    /// in the way, or a DEST created meanwhile, is refused without a trace.
+    @Test func treeFetchIntoNewDirectoryEdges() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = f.root + "/tree"
+            let files = try makeTree(local, version: 3)
+            try f.ok(["put", "-r", local, "/t"])
+
+            let nested = f.root + "/a/b/out/"
+            let get = try f.ok(["get", "-r", "/t", nested])
+            #expect(get.stdout.contains("Fetched \(files.count) objects"), "\(get)")
+            for (path, data) in files {
+                #expect(FileManager.default.contents(atPath: nested + path) == data, "\(path)")
+            }
+            #expect(localFiles(f.root + "/a").filter { $0.contains(".locker-") }.isEmpty)
+
+            // A file where the directory should go.
+            let blocked = f.root + "/blocked"
+            #expect(FileManager.default.createFile(atPath: blocked, contents: Data("keep".utf8)))
+            let refused = try f.raw(["get", "-r", "/t", blocked])
+            #expect(refused.status == 1, "\(refused)")
+            #expect(refused.stderr == "locker: error: cannot write into \(blocked): it exists and is not a directory\n", "\(refused)")
+            // The same below it, and for export.
+            let below = try f.raw(["get", "-r", "/t", blocked + "/sub"])
+            #expect(below.status == 1 && below.stderr == refused.stderr, "\(below)")
+            let export = try f.raw(["export", blocked])
+            #expect(export.status == 1 && export.stderr == refused.stderr, "\(export)")
+            #expect(FileManager.default.contents(atPath: blocked) == Data("keep".utf8))
+            #expect(localFiles(f.root).filter { $0.contains(".locker-") }.isEmpty)
+        }
+    }
+
     @Test func treeFetchWhileLockedFailsCleanly() throws {
         try withStoreFixture { f in
             try f.initialize()

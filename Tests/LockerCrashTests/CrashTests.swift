@@ -791,7 +791,12 @@ final class Campaign {
                 }
                 let how = result.exitedBeforeKill ? "ended before the kill" : "killed → \(result.label)"
                 var line = "[crash] run \(index + 1)/\(order.count) \(op.rawValue): \(summary); kill at \(kill): \(how)"
-                if !result.repaired.isEmpty { line += "; repair removed \(result.repaired.joined(separator: ", "))" }
+                if !result.repaired.isEmpty {
+                    // A put -r can leave dozens of temporaries: the first few say what kind.
+                    let shown = result.repaired.prefix(3).joined(separator: ", ")
+                    let more = result.repaired.count > 3 ? " and \(result.repaired.count - 3) more" : ""
+                    line += "; repair removed \(result.repaired.count): \(shown)\(more)"
+                }
                 for note in result.notes { line += "; \(note)" }
                 print(line)
             } catch {
