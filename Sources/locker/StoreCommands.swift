@@ -205,7 +205,10 @@ struct Put: ParsableCommand {
         func visit(_ local: String, _ target: StorePath) throws {
             // One that appeared since is made on its own.
             if !created.contains(target) { try store.makeDirectory(target, parents: true) }
-            for name in try FileManager.default.contentsOfDirectory(atPath: local).sorted() {
+            // A directory that vanished since the walk began is skipped,
+            // as a vanished file is.
+            guard let names = try localEntryNamesIfPresent(of: local) else { return }
+            for name in names.sorted() {
                 let localPath = local + "/" + name
                 var st = stat()
                 // Symbolic links are followed, as before; what vanished is
@@ -239,15 +242,8 @@ struct Put: ParsableCommand {
 /// `put -r` does), from the entry types readdir(3) gives: no stat for each
 /// file.
 func localSubdirectories(of local: String) throws -> [String] {
-    guard let stream = opendir(local) else {
-        throw CommandFailure(errno == ENOENT ? .notFound : .failure, "cannot read \(local): \(String(cString: strerror(errno)))")
-    }
-    defer { closedir(stream) }
     var names: [String] = []
-    while let entry = readdir(stream) {
-        let type = entry.pointee.d_type
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
-        if name == "." || name == ".." { continue }
+    try readLocalDirectory(local) { name, type in
         switch Int32(type) {
         case Int32(DT_DIR): names.append(name)
         case Int32(DT_LNK), Int32(DT_UNKNOWN):
@@ -257,6 +253,31 @@ func localSubdirectories(of local: String) throws -> [String] {
         }
     }
     return names
+}
+
+/// The names in `local`, "." and ".." left out; nil if it does not exist.
+func localEntryNamesIfPresent(of local: String) throws -> [String]? {
+    var names: [String] = []
+    do {
+        try readLocalDirectory(local) { name, _ in names.append(name) }
+    } catch let failure as CommandFailure where failure.status == .notFound {
+        return nil
+    }
+    return names
+}
+
+/// Calls `body` with each entry's name and readdir(3) type. A directory
+/// that cannot be read is one error line (66 if it does not exist).
+private func readLocalDirectory(_ local: String, _ body: (String, UInt8) -> Void) throws {
+    guard let stream = opendir(local) else {
+        throw CommandFailure(errno == ENOENT ? .notFound : .failure, "cannot read \(local): \(String(cString: strerror(errno)))")
+    }
+    defer { closedir(stream) }
+    while let entry = readdir(stream) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+        if name == "." || name == ".." { continue }
+        body(name, entry.pointee.d_type)
+    }
 }
 
 /// Runs one job at a time on a thread of its own, and hands its result to
