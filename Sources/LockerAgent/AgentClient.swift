@@ -62,30 +62,85 @@ public final class AgentClient: KeyService {
     }
 
     /// Has the agent wipe every key and exit. Returns once the agent has
-    /// acknowledged and closed the connection. With no agent running there
-    /// is nothing to wipe, and it returns at once.
+    /// acknowledged and closed the connection, or, when another client's
+    /// reboot got there first, once that agent has wiped its keys (it
+    /// removes `agent.pid` after the wipe). With no agent running there is
+    /// nothing to wipe, and it returns at once. Throws
+    /// ``AgentError/unavailable(_:)`` if an agent is still running and did
+    /// not take the request (one at its connection limit), or one that is
+    /// ending has not finished within ``departSeconds``.
     public func reboot() throws {
         classBKey.withLock { $0 = nil }
-        let connection: Connection
-        do {
-            connection = try connect(start: false)
-        } catch AgentError.unavailable {
+        // The agent whose keys are to go, as its pid file names it.
+        let departing = Self.pid(inFile: paths.pidPath)
+        var attempt = 0
+        while true {
+            attempt += 1
+            let connection: Connection
+            do {
+                connection = try connect(start: false)
+            } catch AgentError.unavailable {
+                // Nothing listens: no agent, or one already rebooting.
+                return try waitForEnd(of: departing)
+            }
+            defer { connection.close() }
+            do {
+                try connection.send(.reboot)
+                try connection.receiveReply { _ in }
+            } catch is Connection.NotDelivered {
+                // Never read: an agent at its connection limit, or one
+                // ending. Ask again; an agent that stays gives an error.
+                guard attempt < 4 else {
+                    throw AgentError.unavailable("the agent did not take the reboot request")
+                }
+                SocketIO.sleep(milliseconds: 50 * attempt)
+                continue
+            } catch AgentError.unavailable {
+                // Read, then the connection ended without an answer
+                // (another reboot got there first): wait for that one.
+                return try waitForEnd(of: departing)
+            }
+            // The agent exits after the acknowledgement: wait for the end
+            // of the stream so the next request finds it gone.
+            _ = connection.waitForClose()
             return
         }
-        defer { connection.close() }
-        do {
-            try connection.send(.reboot)
-            try connection.receiveReply { _ in }
-        } catch AgentError.unavailable {
-            // The agent went away without answering (another reboot got
-            // there first): its keys are gone either way.
-            return
-        } catch is Connection.NotDelivered {
-            return
+    }
+
+    /// Seconds ``reboot()`` waits for an agent that is already ending: its
+    /// drain (``AgentCore/drainSeconds``), then the device operation under
+    /// way (an unlock's scrypt), then the wipe.
+    static let departSeconds = 15.0
+
+    /// Waits until the agent process `pid` has ended or has removed its
+    /// pid file (which it does once its keys are wiped).
+    private func waitForEnd(of pid: Int32?) throws {
+        guard let pid else { return }
+        let deadline = SocketIO.monotonicNow() + Self.departSeconds
+        while Self.isRunning(pid), Self.pid(inFile: paths.pidPath) == pid {
+            guard SocketIO.monotonicNow() < deadline else {
+                throw AgentError.unavailable("the agent (pid \(pid)) is ending but has not finished within \(Int(Self.departSeconds)) s")
+            }
+            SocketIO.sleep(milliseconds: 10)
         }
-        // The agent exits after the acknowledgement: wait for the end of
-        // the stream so the next request finds it gone.
-        _ = connection.waitForClose()
+    }
+
+    private static func pid(inFile path: String) -> Int32? {
+        guard let data = FileManager.default.contents(atPath: path),
+              let pid = Int32(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
+              pid > 0
+        else { return nil }
+        return pid
+    }
+
+    /// Alive and not a zombie (a zombie holds no memory, so no keys).
+    private static func isRunning(_ pid: Int32) -> Bool {
+        guard kill(pid, 0) == 0 || errno == EPERM else { return false }
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")")
+        else { return true }
+        let state = stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).first
+        return state != "Z" && state != "X"
     }
 
     /// Streams protection events: blocks, calls `onEvent` per event until

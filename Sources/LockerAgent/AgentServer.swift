@@ -21,8 +21,10 @@ public enum AgentServer {
     /// How often grace expiry is applied.
     static let tickMilliseconds = 100
     /// How long a new agent waits for a departing one's lock (a reboot in
-    /// progress) before concluding another agent is running.
-    static let lockWaitSeconds = 2.0
+    /// progress: its drain of ``AgentCore/drainSeconds``, then the wipe)
+    /// before concluding another agent is running. Below the client's wait
+    /// for a started agent (5 s).
+    static let lockWaitSeconds = 4.0
     /// Stack size of connection threads: with mlockall every stack page
     /// touched stays in RAM.
     static let threadStackBytes = 512 << 10
@@ -258,8 +260,12 @@ final class AgentCore: @unchecked Sendable {
     }
 
     /// Seconds a reboot waits for the requests already running to be
-    /// answered (an unlock's scrypt, say) before it wipes the keys anyway.
-    static let drainSeconds = 5.0
+    /// answered before it wipes the keys anyway. A device operation under
+    /// way (an unlock's scrypt) still finishes before the wipe, which waits
+    /// for the device's lock; the drain lets its answer out. Well under
+    /// ``AgentServer/lockWaitSeconds``, so that the next agent, started
+    /// meanwhile, waits for this one instead of giving up.
+    static let drainSeconds = 1.5
 
     /// Stops listening and taking requests, lets the running ones finish
     /// and be answered, wipes every key, then runs `acknowledge` and ends

@@ -215,6 +215,8 @@ final class ScriptedAgent: @unchecked Sendable {
     private let listener: Int32
     private let script: Box<[Step]>
     let requests = Box<[UInt8]>([])
+    /// Connections accepted, the stop's own one left out.
+    let connections = Box(0)
     private let socketPath: String
     private let stopping = Box(false)
     private let finished = DispatchSemaphore(value: 0)
@@ -252,6 +254,7 @@ final class ScriptedAgent: @unchecked Sendable {
                 close(fd)
                 return
             }
+            connections.update { $0 += 1 }
             var step = Step.answer
             script.update { steps in if !steps.isEmpty { step = steps.removeFirst() } }
             handle(fd, step)
@@ -261,8 +264,22 @@ final class ScriptedAgent: @unchecked Sendable {
 
     private func handle(_ fd: Int32, _ step: Step) {
         if step == .closeUnread {
-            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            _ = poll(&p, 1, 5000)
+            // Until the whole frame has arrived (the client sends its
+            // header and payload in two calls), so that the client is
+            // reading when the close comes: it reads ECONNRESET, not a
+            // failed send.
+            var peek = [UInt8](repeating: 0, count: WireFormat.maxPayloadBytes + 4)
+            let deadline = Date().addingTimeInterval(5)
+            while Date() < deadline {
+                let n = peek.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_PEEK | MSG_DONTWAIT)) }
+                if n >= 4 {
+                    let length = Int(peek[0]) << 24 | Int(peek[1]) << 16 | Int(peek[2]) << 8 | Int(peek[3])
+                    if n >= 4 + length { return }
+                } else if n == 0 {
+                    return
+                }
+                usleep(1_000)
+            }
             return
         }
         guard case .frame(let payload) = SocketIO.readFrame(fd), let opcode = payload.first else { return }

@@ -5,6 +5,7 @@ import LockerDevice
 import LockerFormat
 import LockerIO
 import Testing
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -310,6 +311,22 @@ struct AgentTests {
         #expect(!FileManager.default.fileExists(atPath: socketPath))
         #expect(isAlive(pid), "the agent ended before the unlock was answered")
 
+        // A second reboot now finds nothing listening, and returns only
+        // once that agent has wiped its keys (it then removes agent.pid)
+        // or ended.
+        let second = Mutex<String?>(nil)
+        let secondDone = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            do {
+                try client.reboot()
+                let wiped = fixture.pidFromFile != pid || !isAlive(pid)
+                second.withLock { $0 = wiped ? "wiped" : "returned while the agent still held its keys" }
+            } catch {
+                second.withLock { $0 = "\(error)" }
+            }
+            secondDone.signal()
+        }
+
         // A request on a connection made before the reboot: answered as
         // not performed ("restarting", 0x40), not left unanswered.
         sendRaw(idle, frame(AgentRequest.status.encoded()))
@@ -320,10 +337,13 @@ struct AgentTests {
         let answered = readToEnd(unlocking)
         #expect(answered.received == frame([WireFormat.ResponseKind.ok.rawValue]), "\(answered.received)")
         #expect(rebooted.wait(timeout: .now() + 30) == .success)
+        #expect(secondDone.wait(timeout: .now() + 30) == .success)
+        #expect(second.withLock { $0 } == "wiped")
         #expect(waitUntilGone(pid))
 
         // The counted attempt was cleared by the successful unlock before
-        // the agent ended.
+        // the agent ended (the wipe waits for the device operation under
+        // way, drain or not; the drain is what let its answer out).
         let status = try client.status()
         #expect(status.state == .beforeFirstUnlock)
         #expect(status.failedAttempts == 0)
@@ -713,12 +733,14 @@ struct AgentWireFormatTests {
         let unlock = WireFormat.Opcode.unlock.rawValue
         let lock = WireFormat.Opcode.lock.rawValue
         let ping = WireFormat.Opcode.ping.rawValue
+        let lastConnections = Box(0)
         func run(_ script: [ScriptedAgent.Step], _ body: (AgentClient) throws -> Void) throws -> (Result<Void, any Error>, [UInt8]) {
             let fixture = try AgentFixture()
             defer { fixture.tearDown() }
             let agent = try ScriptedAgent(socketPath: try fixture.socketPath, script: script)
             let outcome = Result { try body(try fixture.passiveClient()) }
             agent.stop()
+            lastConnections.update { $0 = agent.connections.value }
             return (outcome, agent.requests.value)
         }
         func unavailable(_ outcome: Result<Void, any Error>) -> Bool {
@@ -748,23 +770,69 @@ struct AgentWireFormatTests {
         #expect((try? outcome.get()) != nil, "\(outcome)")
         #expect(requests == [ping, unlock, unlock, unlock])
 
-        // An agent that never reads: a few tries, then unavailable.
+        // An agent that never reads: four tries in all, then unavailable.
         (outcome, requests) = try run([.answer] + Array(repeating: .closeUnread, count: 8)) { try $0.lock(immediately: false) }
         #expect(unavailable(outcome), "\(outcome)")
         #expect(requests == [ping])
+        #expect(lastConnections.value == 1 + 4)
+
+        // A reboot that an agent never takes is an error, not a success:
+        // its keys would still be there.
+        (outcome, requests) = try run([.answer] + Array(repeating: .closeUnread, count: 8)) { try $0.reboot() }
+        #expect(unavailable(outcome), "\(outcome)")
+        #expect(lastConnections.value == 1 + 4)
     }
 
-    @Test("a Unix stream socket reads ECONNRESET when its peer closed with the request unread")
+    @Test("a Unix stream socket reads ECONNRESET exactly when its peer closed with the request unread or never accepted it")
     func resetMeansUnread() throws {
-        var fds: [Int32] = [0, 0]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0 else { throw POSIXError(.EIO) }
-        defer { close(fds[0]) }
-        #expect(SocketIO.sendFrame(fds[0], [0x05, 0x01]))
-        close(fds[1])
-        guard case .failed(let e) = SocketIO.readFrame(fds[0]) else {
-            Issue.record("expected a failed read")
+        func kind(_ read: SocketIO.FrameRead) -> String {
+            switch read {
+            case .failed(let e): e == ECONNRESET ? "reset" : "failed \(e)"
+            case .closed: "closed"
+            default: "other"
+            }
+        }
+        func pair() throws -> (Int32, Int32) {
+            var fds: [Int32] = [0, 0]
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0 else { throw POSIXError(.EIO) }
+            return (fds[0], fds[1])
+        }
+        // Unread: reset.
+        var (client, agent) = try pair()
+        #expect(SocketIO.sendFrame(client, [0x05, 0x01]))
+        close(agent)
+        #expect(kind(SocketIO.readFrame(client)) == "reset")
+        close(client)
+
+        // Read whole, then closed without an answer: end of stream, not a
+        // reset, so the request counts as possibly performed.
+        (client, agent) = try pair()
+        #expect(SocketIO.sendFrame(client, [0x05, 0x01]))
+        guard case .frame(let payload) = SocketIO.readFrame(agent) else {
+            Issue.record("the agent side did not read the frame")
             return
         }
-        #expect(e == ECONNRESET)
+        #expect(payload == [0x05, 0x01])
+        close(agent)
+        #expect(kind(SocketIO.readFrame(client)) == "closed")
+        close(client)
+
+        // Never accepted: the listener closes with the connection queued.
+        var template = Array("/tmp/lkrsXXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw POSIXError(.EIO) }
+        let directory = String(cString: made)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/s"
+        var address = try SocketIO.address(for: path)
+        let listener = SocketIO.makeSocket()
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        #expect(bound == 0 && listen(listener, 4) == 0)
+        let queued = try rawConnect(path)
+        defer { close(queued) }
+        #expect(SocketIO.sendFrame(queued, [0x05, 0x01]))
+        close(listener)
+        #expect(kind(SocketIO.readFrame(queued)) == "reset")
     }
 }
