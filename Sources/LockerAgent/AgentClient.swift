@@ -64,24 +64,27 @@ public final class AgentClient: KeyService {
     /// Has the agent wipe every key and exit. Returns once the agent has
     /// acknowledged and closed the connection, or, when another client's
     /// reboot got there first, once that agent has wiped its keys (it
-    /// removes `agent.pid` after the wipe). With no agent running there is
-    /// nothing to wipe, and it returns at once. Throws
-    /// ``AgentError/unavailable(_:)`` if an agent is still running and did
-    /// not take the request (one at its connection limit), or one that is
-    /// ending has not finished within ``departSeconds``.
+    /// removes `agent.pid` after the wipe) or ended. With no agent running
+    /// there is nothing to wipe, and it returns at once. Throws
+    /// ``AgentError/unavailable(_:)`` if an agent that is still running did
+    /// not take the request (one at its connection limit), or neither
+    /// answered nor ended within ``departSeconds``.
     public func reboot() throws {
         classBKey.withLock { $0 = nil }
         // The agent whose keys are to go, as its pid file names it.
         let departing = Self.pid(inFile: paths.pidPath)
-        var attempt = 0
+        let deadline = SocketIO.monotonicNow() + Self.departSeconds
+        var undelivered = 0
         while true {
-            attempt += 1
             let connection: Connection
             do {
                 connection = try connect(start: false)
             } catch AgentError.unavailable {
-                // Nothing listens: no agent, or one already rebooting.
-                return try waitForEnd(of: departing)
+                // Nothing listens: no agent, one ending after another
+                // client's reboot, or one still starting.
+                try waitBriefly(for: departing, until: deadline)
+                if agentGone(departing) { return }
+                continue
             }
             defer { connection.close() }
             do {
@@ -90,15 +93,18 @@ public final class AgentClient: KeyService {
             } catch is Connection.NotDelivered {
                 // Never read: an agent at its connection limit, or one
                 // ending. Ask again; an agent that stays gives an error.
-                guard attempt < 4 else {
+                undelivered += 1
+                guard undelivered < 4 else {
                     throw AgentError.unavailable("the agent did not take the reboot request")
                 }
-                SocketIO.sleep(milliseconds: 50 * attempt)
+                SocketIO.sleep(milliseconds: 50 * undelivered)
                 continue
             } catch AgentError.unavailable {
                 // Read, then the connection ended without an answer
                 // (another reboot got there first): wait for that one.
-                return try waitForEnd(of: departing)
+                try waitBriefly(for: departing, until: deadline)
+                if agentGone(departing) { return }
+                continue
             }
             // The agent exits after the acknowledgement: wait for the end
             // of the stream so the next request finds it gone.
@@ -107,22 +113,40 @@ public final class AgentClient: KeyService {
         }
     }
 
-    /// Seconds ``reboot()`` waits for an agent that is already ending: its
-    /// drain (``AgentCore/drainSeconds``), then the device operation under
-    /// way (an unlock's scrypt), then the wipe.
+    /// Seconds ``reboot()`` waits for an agent that neither answers nor
+    /// ends: one ending after another client's reboot (its drain, then the
+    /// device operation under way, then the wipe), or one still starting.
     static let departSeconds = 15.0
 
-    /// Waits until the agent process `pid` has ended or has removed its
-    /// pid file (which it does once its keys are wiped).
-    private func waitForEnd(of pid: Int32?) throws {
-        guard let pid else { return }
-        let deadline = SocketIO.monotonicNow() + Self.departSeconds
-        while Self.isRunning(pid), Self.pid(inFile: paths.pidPath) == pid {
-            guard SocketIO.monotonicNow() < deadline else {
-                throw AgentError.unavailable("the agent (pid \(pid)) is ending but has not finished within \(Int(Self.departSeconds)) s")
-            }
-            SocketIO.sleep(milliseconds: 10)
+    /// Returns at once if the agent is gone, else after a short sleep;
+    /// throws once `deadline` has passed.
+    private func waitBriefly(for pid: Int32?, until deadline: Double) throws {
+        if agentGone(pid) { return }
+        guard SocketIO.monotonicNow() < deadline else {
+            let who = pid.map { "the agent (pid \($0))" } ?? "an agent"
+            throw AgentError.unavailable("\(who) neither answered the reboot nor ended within \(Int(Self.departSeconds)) s")
         }
+        SocketIO.sleep(milliseconds: 10)
+    }
+
+    /// No agent holds the keys `pid` held: no process holds `agent.lock`
+    /// (an agent holds it for its whole life), or the agent `pid` has
+    /// removed its pid file (after its wipe; a newer agent may have written
+    /// its own, which it can only do once the old one has ended) or is no
+    /// longer running.
+    private func agentGone(_ pid: Int32?) -> Bool {
+        if Self.isUnlocked(paths.lockPath) { return true }
+        guard let pid else { return false }
+        return Self.pid(inFile: paths.pidPath) != pid || !Self.isRunning(pid)
+    }
+
+    private static func isUnlocked(_ lockPath: String) -> Bool {
+        let fd = Glibc.open(lockPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return errno == ENOENT }
+        defer { _ = Glibc.close(fd) }
+        guard flock(fd, LOCK_SH | LOCK_NB) == 0 else { return false }
+        _ = flock(fd, LOCK_UN)
+        return true
     }
 
     private static func pid(inFile path: String) -> Int32? {
@@ -133,9 +157,10 @@ public final class AgentClient: KeyService {
         return pid
     }
 
-    /// Alive and not a zombie (a zombie holds no memory, so no keys).
+    /// Alive and not a zombie (a zombie holds no memory, so no keys). A
+    /// process of another user (EPERM) is not our agent.
     private static func isRunning(_ pid: Int32) -> Bool {
-        guard kill(pid, 0) == 0 || errno == EPERM else { return false }
+        guard kill(pid, 0) == 0 else { return false }
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
               let close = stat.lastIndex(of: ")")
         else { return true }

@@ -274,7 +274,9 @@ struct AgentTests {
         defer { fixture.tearDown() }
         let client = try fixture.client()
         // An unlock slow enough to be in progress when the reboot starts.
-        try client.initialize(passcode: secret("1234"), options: Device.Options(passcodeCost: .fixed(logN: 18)))
+        // logN 17: long enough to outlast the steps below, short enough to
+        // end inside the 1.5 s drain on a slow machine.
+        try client.initialize(passcode: secret("1234"), options: Device.Options(passcodeCost: .fixed(logN: 17)))
         try client.lock(immediately: true)
         let pid = try client.agentProcessID()
         let socketPath = try fixture.socketPath
@@ -316,6 +318,7 @@ struct AgentTests {
         // or ended.
         let second = Mutex<String?>(nil)
         let secondDone = DispatchSemaphore(value: 0)
+        let secondStartedEarly = fixture.pidFromFile == pid && isAlive(pid)
         Thread.detachNewThread {
             do {
                 try client.reboot()
@@ -338,6 +341,7 @@ struct AgentTests {
         #expect(answered.received == frame([WireFormat.ResponseKind.ok.rawValue]), "\(answered.received)")
         #expect(rebooted.wait(timeout: .now() + 30) == .success)
         #expect(secondDone.wait(timeout: .now() + 30) == .success)
+        #expect(secondStartedEarly, "the second reboot began after the agent had ended: it tested nothing")
         #expect(second.withLock { $0 } == "wiped")
         #expect(waitUntilGone(pid))
 
@@ -347,6 +351,15 @@ struct AgentTests {
         let status = try client.status()
         #expect(status.state == .beforeFirstUnlock)
         #expect(status.failedAttempts == 0)
+    }
+
+    @Test("a reboot's drain ends well before a new agent stops waiting for the lock, and that before the client stops waiting for it")
+    func rebootTimersNest() {
+        // A new agent started during a drain waits for the departing one's
+        // lock; if it gave up first, the command that started it would fail.
+        #expect(AgentCore.drainSeconds + 2 <= AgentServer.lockWaitSeconds)
+        #expect(AgentServer.lockWaitSeconds < AgentClient.startSeconds)
+        #expect(AgentCore.drainSeconds < AgentClient.departSeconds)
     }
 
     @Test("without a passcode the device boots unlocked")
