@@ -942,9 +942,3 @@ public struct DirectoryInfo: Sendable {
     public var defaultSource: ProtectionSource
     public var created: Int64
 }
-
-extension String {
-    func leftPadded(_ width: Int) -> String {
-        count >= width ? self : String(repeating: "0", count: width - count) + self
-    }
-}

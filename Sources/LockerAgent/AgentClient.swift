@@ -551,7 +551,7 @@ final class Connection {
     /// before the frame is out: an agent acts only on a whole frame.
     func send(_ request: AgentRequest) throws {
         var payload = request.encoded()
-        defer { Secrets.wipe(&payload) }
+        defer { SecretBytes.wipe(&payload) }
         guard payload.count <= WireFormat.maxPayloadBytes else { throw AgentError.invalidArgument("request too large") }
         guard SocketIO.sendFrame(fd, payload) else {
             throw NotDelivered(reason: "the agent closed the connection")
@@ -576,7 +576,7 @@ final class Connection {
         case .failed(let e) where e == ECONNRESET: throw NotDelivered(reason: "the agent ended before reading the request")
         case .failed(let e): throw AgentError.unavailable("reading from the agent: \(ErrnoCode(e).message)")
         }
-        defer { Secrets.wipe(&payload) }
+        defer { SecretBytes.wipe(&payload) }
         let outcome = Self.decodeReply(payload, body)
         switch outcome {
         case .success: return

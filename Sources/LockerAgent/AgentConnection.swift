@@ -29,7 +29,7 @@ final class AgentConnection: @unchecked Sendable {
                 return
             }
             let decoded = Self.decode(payload)
-            Secrets.wipe(&payload)
+            SecretBytes.wipe(&payload)
             guard let request = decoded else { return }
             switch request {
             case .watch:
@@ -45,7 +45,7 @@ final class AgentConnection: @unchecked Sendable {
                     } else {
                         var reply = handle(request)
                         sent = send(reply)
-                        Secrets.wipe(&reply)
+                        SecretBytes.wipe(&reply)
                     }
                 }
                 guard admitted else {

@@ -159,10 +159,10 @@ enum SocketIO {
         let result = payload.withUnsafeMutableBytes { readFully(fd, $0, deadline: deadline) }
         switch result {
         case .failure(let e):
-            Secrets.wipe(&payload)
+            SecretBytes.wipe(&payload)
             return .failed(e.value)
         case .success(let n) where n < length:
-            Secrets.wipe(&payload)
+            SecretBytes.wipe(&payload)
             return .truncated
         case .success:
             return .frame(payload)
@@ -187,14 +187,4 @@ struct ErrnoCode: Error {
     let value: Int32
     init(_ value: Int32) { self.value = value }
     var message: String { String(cString: strerror(value)) }
-}
-
-/// Wiping of temporary buffers that held secrets on their way to or from
-/// the socket.
-enum Secrets {
-    /// Zeroes `bytes` in place (``SecretBytes/wipe(_:)``). Call it only on
-    /// a uniquely referenced array, or the write goes to a copy.
-    static func wipe(_ bytes: inout [UInt8]) {
-        SecretBytes.wipe(&bytes)
-    }
 }

@@ -113,14 +113,14 @@ enum WireFormat {
 
     static func readFixedSecret(_ r: inout ByteReader, count: Int) throws -> SecretBytes {
         var bytes = try r.read(count)
-        defer { Secrets.wipe(&bytes) }
+        defer { SecretBytes.wipe(&bytes) }
         return SecretBytes(copying: bytes)
     }
 
     static func writeSecret(_ w: inout ByteWriter, _ secret: SecretBytes, lengthPrefixed: Bool) {
         if lengthPrefixed { w.write(UInt16(secret.count)) }
         var bytes = secret.withUnsafeBytes { Array($0) }
-        defer { Secrets.wipe(&bytes) }
+        defer { SecretBytes.wipe(&bytes) }
         w.write(bytes)
     }
 

@@ -29,15 +29,7 @@ enum Fetched {
     static let hmacSHA256: Handle? = macTemplate(digest: "SHA2-256")
     static let hmacSHA512: Handle? = macTemplate(digest: "SHA2-512")
 
-    /// Fetched KDFs by name ("HKDF", "SCRYPT").
-    static func kdf(_ name: String) -> Handle? {
-        switch name {
-        case "HKDF": hkdf
-        default: EVP_KDF_fetch(nil, name, nil).map(Handle.init)
-        }
-    }
-
-    private static let hkdf: Handle? = EVP_KDF_fetch(nil, "HKDF", nil).map(Handle.init)
+    static let hkdf: Handle? = EVP_KDF_fetch(nil, "HKDF", nil).map(Handle.init)
 
     private static func macTemplate(digest: String) -> Handle? {
         guard let mac = EVP_MAC_fetch(nil, "HMAC", nil) else { return nil }

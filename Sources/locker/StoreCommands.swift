@@ -149,15 +149,18 @@ struct Put: ParsableCommand {
     /// Input bytes per batch, at most.
     static let batchByteLimit: UInt64 = 64 << 20
 
-    /// Objects with a data file per batch: up to 512, as far as the
-    /// descriptor limit allows two batches at once (a staged batch holds
-    /// one per data file). The soft limit is raised towards the hard one
-    /// first, as many tools do.
+    /// The most objects with a data file in one batch.
+    static let maxDataFilesPerBatch = 512
+
+    /// Objects with a data file per batch: up to ``maxDataFilesPerBatch``,
+    /// as far as the descriptor limit allows two batches at once (a staged
+    /// batch holds one per data file). The soft limit is raised towards
+    /// the hard one first, as many tools do.
     static func dataFilesPerBatch() -> Int {
         var limit = rlimit()
         let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
         guard getrlimit(resource, &limit) == 0 else { return 32 }
-        let wanted = rlim_t(2 * 512 + 256)
+        let wanted = rlim_t(2 * maxDataFilesPerBatch + 256)
         if limit.rlim_cur < wanted {
             var raised = limit
             raised.rlim_cur = min(limit.rlim_max, wanted)
@@ -165,7 +168,7 @@ struct Put: ParsableCommand {
         }
         // Leave room for the walk, the agent's socket and the source file.
         let room = Int(min(limit.rlim_cur, rlim_t(Int32.max))) - 128
-        return max(1, min(512, room / 2))
+        return max(1, min(maxDataFilesPerBatch, room / 2))
     }
 
     /// Stores a local tree. Small files go in batches, and batches are
@@ -443,8 +446,7 @@ struct Get: ParsableCommand {
     }
 
     private func exportNewTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
-        let trimmed = local.count > 1 && local.hasSuffix("/") ? String(local.dropLast()) : local
-        let parent = (trimmed as NSString).deletingLastPathComponent.isEmpty ? "." : (trimmed as NSString).deletingLastPathComponent
+        let (trimmed, parent) = splitLocalPath(local)
         try makeLocalDirectory(parent)
         let staging = parent + "/.locker-" + UUID().uuidString + ".tmp"
         guard mkdir(staging, 0o777) == 0 else {
@@ -460,12 +462,9 @@ struct Get: ParsableCommand {
             guard try FileSystem().renameIfAbsent(staging, to: trimmed) else {
                 throw CommandFailure(.failure, "cannot write \(trimmed): it was created by something else during the fetch")
             }
-            // The files are durable already; this makes the name durable.
-            let parentFD = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            if parentFD >= 0 {
-                _ = fsync(parentFD)
-                Foundation.close(parentFD)
-            }
+            // The files are durable already; this makes the name durable
+            // (best effort, as after a group commit).
+            try? FileSystem().syncDirectory(parent)
             return count
         } catch {
             try? FileManager.default.removeItem(atPath: staging)
@@ -640,9 +639,8 @@ func makeLocalDirectory(_ path: String, mode: mode_t = 0o777) throws {
         }
         return
     }
-    let trimmed = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
-    let parent = (trimmed as NSString).deletingLastPathComponent
-    if !parent.isEmpty, parent != trimmed { try makeLocalDirectory(parent, mode: mode) }
+    let (trimmed, parent) = splitLocalPath(path)
+    if parent != trimmed { try makeLocalDirectory(parent, mode: mode) }
     guard mkdir(trimmed, mode) == 0 || errno == EEXIST else {
         throw CommandFailure(.failure, "cannot create directory \(trimmed): \(String(cString: strerror(errno)))")
     }
@@ -650,6 +648,14 @@ func makeLocalDirectory(_ path: String, mode: mode_t = 0o777) throws {
     guard stat(trimmed, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
         throw CommandFailure(.failure, "cannot write into \(trimmed): it exists and is not a directory")
     }
+}
+
+/// `path` without a trailing "/", and its parent directory ("." for a bare
+/// name, "/" for a name at the root).
+func splitLocalPath(_ path: String) -> (trimmed: String, parent: String) {
+    let trimmed = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
+    let parent = (trimmed as NSString).deletingLastPathComponent
+    return (trimmed, parent.isEmpty ? "." : parent)
 }
 
 /// syncfs(2) on the file system holding `directory`: one journal commit

@@ -50,7 +50,7 @@ public enum HKDF {
         outputByteCount: Int
     ) throws -> SecretBytes {
         guard outputByteCount > 0, outputByteCount <= 255 * hash.byteCount else { throw CryptoError.invalidParameter }
-        return try OSSLKDF.derive(algorithm: "HKDF", outputByteCount: outputByteCount) { params throws in
+        return try OSSLKDF.derive(Fetched.hkdf, outputByteCount: outputByteCount) { params throws in
             params.utf8(OSSL_KDF_PARAM_DIGEST, hash.name)
             params.octets(OSSL_KDF_PARAM_KEY, inputKeyMaterial)
             if !salt.isEmpty { params.octets(OSSL_KDF_PARAM_SALT, salt) }

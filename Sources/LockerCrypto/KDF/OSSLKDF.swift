@@ -47,15 +47,16 @@ enum OSSLKDF {
         }
     }
 
+    /// Derives with `kdf`, a fetched KDF (see ``Fetched``).
     static func derive(
-        algorithm: String,
+        _ kdf: Fetched.Handle?,
         outputByteCount: Int,
         configure: (Parameters) throws -> Void
     ) throws -> SecretBytes {
         let parameters = Parameters()
         try configure(parameters)
         parameters.list.append(OSSL_PARAM_construct_end())
-        guard let kdf = Fetched.kdf(algorithm)?.pointer else { throw CryptoError.internalFailure }
+        guard let kdf = kdf?.pointer else { throw CryptoError.internalFailure }
         guard let context = EVP_KDF_CTX_new(kdf) else { throw CryptoError.internalFailure }
         defer { EVP_KDF_CTX_free(context) }
         return try SecretBytes(count: outputByteCount) { out throws in

@@ -10,8 +10,9 @@ internal import Glibc
 ///
 /// - The bytes are in libcrypto's secure heap (one arena per process,
 ///   locked into memory and excluded from core dumps), or, when that is
-///   nearly full (a quarter stays for libcrypto), in pages of their own, locked where the `RLIMIT_MEMLOCK` limit
-///   allows and excluded from core dumps.
+///   nearly full (a quarter stays for libcrypto), in pages of their own,
+///   locked where the `RLIMIT_MEMLOCK` limit allows and excluded from core
+///   dumps.
 /// - `deinit` overwrites the whole allocation with `OPENSSL_cleanse`
 ///   (`CRYPTO_secure_clear_free` in the arena) before releasing it.
 /// - `==` runs in time that depends only on the lengths (`CRYPTO_memcmp`).
