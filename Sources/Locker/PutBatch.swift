@@ -78,10 +78,16 @@ extension Store {
     /// batch is staged; a batch released uncommitted removes what it wrote.
     /// A staged batch holds one descriptor per data file until it is
     /// committed or released.
-    public func stageBatch(_ items: [PutBatchItem]) throws -> StagedBatch {
-        guard !items.isEmpty else { return StagedBatch(fileSystem: fs, objects: []) }
+    ///
+    /// With a `tree` (see ``stageTree(_:)``), an object whose directory
+    /// the tree creates is written there at its final name instead, and
+    /// its commit renames nothing: it appears when the tree is published,
+    /// and its data file, if it has one, stays open and locked until then.
+    public func stageBatch(_ items: [PutBatchItem], into tree: StagedTree? = nil) throws -> StagedBatch {
+        guard !items.isEmpty else { return StagedBatch(fileSystem: fs, tree: nil, objects: []) }
         guard items.count <= Self.maxBatchCount else { throw StoreError.invalidPath("more than \(Self.maxBatchCount) objects in one batch") }
         guard Set(items.map(\.path)).count == items.count else { throw StoreError.invalidPath("the same path twice in one batch") }
+        if let tree, tree.isFinished { throw StoreError.invalidPath("the staged tree is already published") }
 
         // Where each object goes, and its class.
         struct Target {
@@ -89,6 +95,8 @@ extension Store {
             var fsPath: String
             var protection: ProtectionClass
             var source: ProtectionSource
+            /// In a directory of the staged tree: written in place.
+            var inTree: Bool
         }
         var chains: [StorePath: [Directory]] = [:]
         var storeDefault: ProtectionClass?
@@ -97,7 +105,9 @@ extension Store {
         for item in items {
             guard !item.path.isRoot else { throw StoreError.isADirectory("/") }
             let parentPath = item.path.parent
-            let chain = try chains[parentPath] ?? chainCreatingMissing(to: parentPath)
+            let inTree = tree?.isNew(parentPath) ?? false
+            if inTree, tree!.isNew(item.path) { throw StoreError.isADirectory(item.path.description) }
+            let chain = try chains[parentPath] ?? (inTree ? tree!.chain(to: parentPath) : chainCreatingMissing(to: parentPath))
             chains[parentPath] = chain
             let parent = chain.last!
             // A directory in the way is found by the commit, which looks
@@ -105,7 +115,7 @@ extension Store {
             let fsPath = try entryPath(item.path.name, in: parent)
             let (cls, source): (ProtectionClass, ProtectionSource) = try item.protection.map { ($0, .explicit) }
                 ?? inheritedClass(for: item.path, chain: chain, storeDefault: &storeDefault)
-            targets.append(Target(parent: parent, fsPath: fsPath, protection: cls, source: source))
+            targets.append(Target(parent: parent, fsPath: fsPath, protection: cls, source: source, inTree: inTree))
         }
 
         // Keys: one wrap request per class.
@@ -123,8 +133,9 @@ extension Store {
         // cores share the objects instead. Each slot holds what its object
         // has written, for the commit or for cleaning up after a failure
         // (the batch's deinit).
-        let batch = StagedBatch(fileSystem: fs, objects: items.indices.map {
-            StagedBatch.Object(path: items[$0].path, parent: targets[$0].parent, fsPath: targets[$0].fsPath)
+        let batch = StagedBatch(fileSystem: fs, tree: tree, objects: items.indices.map {
+            StagedBatch.Object(path: items[$0].path, parent: targets[$0].parent, fsPath: targets[$0].fsPath,
+                               inPlace: targets[$0].inTree)
         })
         try batch.objects.withUnsafeMutableBufferPointer { buffer in
             // Each iteration writes only its own slot.
@@ -159,7 +170,10 @@ extension Store {
                     dataLength: result.result.dataLength, created: now, modified: now, headerMAC: [],
                     inlineData: result.inlineData)
                 header.headerMAC = try header.computeMAC(fileKey: fileKeys[i])
-                let temporary = targets[i].fsPath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+                // In a staged tree nothing reads the directory before it is
+                // published, and its publication commits every header in it.
+                let temporary = targets[i].inTree ? targets[i].fsPath
+                    : targets[i].fsPath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
                 let sealed = try header.sealed(with: metadata)
                 try fs.writeNewFile(temporary, sealed)
                 slots.value[i].temporary = temporary
@@ -174,12 +188,28 @@ extension Store {
 
     /// The second half of ``putBatch(_:)``: syncs the file system, renames
     /// each staged header into place under the store lock, and syncs
-    /// again. A batch is committed once.
+    /// again. A batch is committed once. Objects staged into a tree are
+    /// left to its publication, and a batch of only those syncs nothing.
     @discardableResult
     public func commit(_ batch: StagedBatch) throws -> [ObjectInfo] {
         guard !batch.objects.isEmpty else { return [] }
         guard !batch.isFinished else { throw StoreError.invalidPath("a staged batch is committed once") }
         batch.isFinished = true
+        if batch.objects.allSatisfy(\.inPlace) {
+            // Nothing to rename. The sync is not needed for durability
+            // (the tree's publication syncs), but writing the batch out
+            // now, while the next one is staged, leaves the publication
+            // little to wait for (measured: 0.25 s at the end of a
+            // `put -r` of 20,000 small files without it).
+            do {
+                try fs.syncFileSystem(containing: dataDirectory)
+            } catch {
+                batch.discard(from: 0)
+                throw error
+            }
+            batch.release(batch.objects[...])
+            return try objectInfos(batch)
+        }
         do {
             try fs.syncFileSystem(containing: dataDirectory)
         } catch {
@@ -194,6 +224,10 @@ extension Store {
             let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
             for object in batch.objects {
+                if object.inPlace {
+                    committed += 1
+                    continue
+                }
                 // A new name: one call. Under the lock, what is there can
                 // only be what an earlier commit or command put there.
                 if try fs.renameIfAbsent(object.temporary!, to: object.fsPath) {
@@ -216,15 +250,18 @@ extension Store {
             try fs.syncFileSystem(containing: dataDirectory)
         } catch {
             batch.discard(from: committed)
-            for (_, file) in batch.objects.prefix(committed).compactMap(\.data) { file.close() }
+            batch.release(batch.objects.prefix(committed))
             // What was committed stays; make it durable if the disk lets.
             try? fs.syncFileSystem(containing: dataDirectory)
             throw error
         }
-        for (_, file) in batch.objects.compactMap(\.data) { file.close() }
+        batch.release(batch.objects[...])
         // The new names are durable: the replaced data can go.
         for objectID in replaced { try? fs.remove(dataPath(objectID), syncDirectory: false) }
+        return try objectInfos(batch)
+    }
 
+    private func objectInfos(_ batch: StagedBatch) throws -> [ObjectInfo] {
         let status = try keys.status()
         return try batch.objects.map { object in
             try objectInfo(object.path, header: object.header!, headerPath: object.fsPath, status: status, headerSize: object.headerSize)
@@ -242,6 +279,8 @@ public final class StagedBatch: @unchecked Sendable {
         let parent: Store.Directory
         /// Where its header goes.
         let fsPath: String
+        /// Written at `fsPath` in a staged tree, which commits it.
+        let inPlace: Bool
         var data: (path: String, file: DataFile)?
         var temporary: String?
         var header: ObjectHeader?
@@ -250,12 +289,15 @@ public final class StagedBatch: @unchecked Sendable {
     }
 
     private let fileSystem: FileSystem
+    /// The tree its in-place objects were written into.
+    private let tree: StagedTree?
     var objects: [Object]
     /// Committed, or the commit failed and cleaned up.
     var isFinished = false
 
-    init(fileSystem: FileSystem, objects: [Object]) {
+    init(fileSystem: FileSystem, tree: StagedTree?, objects: [Object]) {
         self.fileSystem = fileSystem
+        self.tree = tree
         self.objects = objects
     }
 
@@ -264,6 +306,19 @@ public final class StagedBatch: @unchecked Sendable {
 
     deinit {
         if !isFinished { discard(from: 0) }
+    }
+
+    /// Lets go of the data files of committed objects: closed, or held by
+    /// the tree until it is published.
+    func release(_ committed: ArraySlice<Object>) {
+        for object in committed {
+            guard let data = object.data else { continue }
+            if object.inPlace {
+                tree!.keep(data, in: object.path.parent)
+            } else {
+                data.file.close()
+            }
+        }
     }
 
     /// Removes what the objects from `first` on have written.

@@ -80,8 +80,8 @@ public final class Store: @unchecked Sendable {
     /// Takes the store lock for a change (held until the result is
     /// released), first finishing an object move
     /// a crash interrupted (see ``settleInterruptedMove()``).
-    func lockStore() throws -> StoreLock {
-        let lock = try StoreLock(path: lockPath, fileSystem: fs)
+    func lockStore() throws -> FileLock {
+        let lock = try FileLock.store(path: lockPath, fileSystem: fs)
         try settleInterruptedMove()
         return lock
     }
@@ -322,6 +322,44 @@ public final class Store: @unchecked Sendable {
     /// in the way throws ``StoreError/notADirectory(_:)`` before anything
     /// is created.
     public func makeDirectories(_ paths: [StorePath]) throws {
+        let lock = try lockStore()
+        defer { withExtendedLifetime(lock) {} }
+        let build = try buildDirectories(paths)
+        var published = 0
+        do {
+            guard !build.subtrees.isEmpty else { return }
+            try fs.syncFileSystem(containing: namespaceRoot)
+            for subtree in build.subtrees {
+                try fs.rename(subtree.temporary, to: subtree.fsPath)
+                published += 1
+            }
+            try fs.syncFileSystem(containing: namespaceRoot)
+        } catch {
+            for subtree in build.subtrees.dropFirst(published) { try? fs.removeTree(subtree.temporary) }
+            throw error
+        }
+    }
+
+    /// Directories made by ``buildDirectories(_:)``, not yet in place.
+    struct DirectoryBuild {
+        /// Each directory asked for and each of its ancestors. A new one's
+        /// `fsPath` is where it is being built, inside its subtree's
+        /// temporary directory.
+        var directories: [StorePath: Directory]
+        /// The new directories.
+        var newPaths: Set<StorePath> = []
+        /// Each new subtree: its temporary directory, where it goes, and
+        /// its store path.
+        var subtrees: [(temporary: String, fsPath: String, path: StorePath)] = []
+    }
+
+    /// Creates every directory of `paths` that is missing, with its missing
+    /// parents, each new subtree inside a temporary directory (`.tmp-dir-…`)
+    /// beside its place, or numbered inside `container`, records included,
+    /// nothing synced. The caller holds the store lock. A failure removes
+    /// what was created; an object in the way throws
+    /// ``StoreError/notADirectory(_:)`` before anything is.
+    func buildDirectories(_ paths: [StorePath], in container: String? = nil) throws -> DirectoryBuild {
         var wanted = Set<StorePath>()
         for path in paths {
             var current = path
@@ -329,61 +367,40 @@ public final class Store: @unchecked Sendable {
         }
         // Parents before their children.
         let ordered = wanted.sorted { ($0.components.count, $0.description) < ($1.components.count, $1.description) }
-        let lock = try lockStore()
-        defer { withExtendedLifetime(lock) {} }
-        var directories: [StorePath: Directory] = [.root: try rootDirectory()]
-        // Where a new directory is until its subtree is renamed into place.
-        var building: [StorePath: String] = [:]
-        var subtrees: [(temporary: String, fsPath: String)] = []
+        var build = DirectoryBuild(directories: [.root: try rootDirectory()])
         var records: [(fsPath: String, record: DirectoryRecord)] = []
         for path in ordered {
-            let parent = directories[path.parent]!
-            let fsPath = try entryPath(path.name, in: parent)
-            if building[path.parent] == nil {
+            let parent = build.directories[path.parent]!
+            // Inside a new subtree, the parent's path is already the
+            // temporary one.
+            var fsPath = try entryPath(path.name, in: parent)
+            if !build.newPaths.contains(path.parent) {
                 switch try kind(of: fsPath) {
                 case .object: throw StoreError.notADirectory(path.description)
                 case .directory:
-                    directories[path] = Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: path), storePath: path)
+                    build.directories[path] = Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: path), storePath: path)
                     continue
                 case .missing:
-                    let temporary = parent.fsPath + "/.tmp-dir-" + UUID().uuidString
-                    building[path] = temporary
-                    subtrees.append((temporary, fsPath))
+                    let temporary = container.map { $0 + "/\(build.subtrees.count)" } ?? parent.fsPath + "/.tmp-dir-" + UUID().uuidString
+                    build.subtrees.append((temporary, fsPath, path))
+                    fsPath = temporary
                 }
-            } else {
-                building[path] = building[path.parent]! + "/" + (fsPath as NSString).lastPathComponent
             }
             let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), name: path.name, defaultClass: nil, created: Self.now())
-            records.append((building[path]!, record))
-            directories[path] = Directory(fsPath: fsPath, record: record, storePath: path)
+            records.append((fsPath, record))
+            build.newPaths.insert(path)
+            build.directories[path] = Directory(fsPath: fsPath, record: record, storePath: path)
         }
-        guard !subtrees.isEmpty else { return }
-        var published = 0
         do {
             for (fsPath, record) in records {
                 try fs.createDirectory(fsPath, mode: 0o700)
                 try fs.writeNewFile(fsPath + "/.dir", record.sealed(with: metadata))
             }
-            try fs.syncFileSystem(containing: namespaceRoot)
-            for subtree in subtrees {
-                try fs.rename(subtree.temporary, to: subtree.fsPath)
-                published += 1
-            }
-            try fs.syncFileSystem(containing: namespaceRoot)
         } catch {
-            for subtree in subtrees.dropFirst(published) { try? removeTree(subtree.temporary) }
+            for subtree in build.subtrees { try? fs.removeTree(subtree.temporary) }
             throw error
         }
-    }
-
-    /// Removes a file, or a directory and everything in it.
-    func removeTree(_ fsPath: String) throws {
-        if try fs.status(fsPath)?.isDirectory == true {
-            for name in try fs.contentsOfDirectory(fsPath) { try removeTree(fsPath + "/" + name) }
-            try fs.removeDirectory(fsPath)
-        } else {
-            try fs.remove(fsPath)
-        }
+        return build
     }
 
     /// Creates the directory in a temporary name with its record inside,

@@ -44,7 +44,7 @@ extension Store {
         // scan of references and the removal of unreferenced data.
         // (Not lockStore(): verify reports an interrupted move and only
         // --repair finishes it.)
-        let lock = try StoreLock(path: lockPath, fileSystem: fs)
+        let lock = try FileLock.store(path: lockPath, fileSystem: fs)
         defer { withExtendedLifetime(lock) {} }
 
         var intent: MoveIntent?
@@ -181,7 +181,7 @@ extension Store {
             for item in report.garbage {
                 // A directory left by an interrupted mkdir or rm is outside
                 // the namespace, so everything in it is garbage too.
-                try removeTree(path + "/" + item)
+                try fs.removeTree(path + "/" + item)
                 report.removed.append(item)
             }
         }

@@ -84,19 +84,18 @@ public final class DataFile {
     }
 }
 
-/// A store-wide exclusive lock (flock), held while the namespace changes.
-public final class StoreLock {
+/// An exclusive `flock`, held until deinit (or until the process ends).
+public final class FileLock {
     private let fileSystem: FileSystem
     private let path: String
     private let fd: Int32
 
-    /// Blocks until the lock on `path` is held.
-    public init(path: String, fileSystem: FileSystem) throws {
+    private init(path: String, flags: Int32, operation: Int32, fileSystem: FileSystem) throws {
         // Not a stored property until locked: a throw after full
         // initialization would run deinit, which closes it again.
-        let fd = try fileSystem.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        let fd = try fileSystem.open(path, flags, 0o600)
         do {
-            try fileSystem.flock(fd, LOCK_EX, path: path)
+            try fileSystem.flock(fd, operation, path: path)
         } catch {
             fileSystem.close(fd)
             throw error
@@ -109,6 +108,19 @@ public final class StoreLock {
     deinit {
         try? fileSystem.flock(fd, LOCK_UN, path: path)
         fileSystem.close(fd)
+    }
+
+    /// The store-wide lock, held while the namespace changes, on the file
+    /// at `path` (created if missing). Blocks until held.
+    public static func store(path: String, fileSystem: FileSystem) throws -> FileLock {
+        try FileLock(path: path, flags: O_RDWR | O_CREAT | O_CLOEXEC, operation: LOCK_EX, fileSystem: fileSystem)
+    }
+
+    /// The lock of a directory a live process is still building, so that
+    /// ``DataFile/isInUse(_:fileSystem:)`` says so. Fails rather than
+    /// waits if another process holds it.
+    public static func building(directory path: String, fileSystem: FileSystem) throws -> FileLock {
+        try FileLock(path: path, flags: O_RDONLY | O_DIRECTORY | O_CLOEXEC, operation: LOCK_EX | LOCK_NB, fileSystem: fileSystem)
     }
 }
 

@@ -105,6 +105,21 @@ public struct FileSystem: Sendable {
         if sync { try syncDirectory(Self.directory(of: path)) }
     }
 
+    /// Removes a file, or a directory and everything in it, without
+    /// syncing anything. What is missing is not an error.
+    public func removeTree(_ path: String) throws {
+        if try status(path)?.isDirectory == true {
+            for name in try contentsOfDirectory(path) { try removeTree(path + "/" + name) }
+            do {
+                try removeDirectory(path)
+            } catch {
+                if error.errno != ENOENT { throw error }
+            }
+        } else {
+            try remove(path, syncDirectory: false)
+        }
+    }
+
     /// The names in a directory, without `.` and `..`.
     public func contentsOfDirectory(_ path: String) throws -> [String] {
         try retrying("opendir", path) { syscalls.listDirectory(path) }.filter { $0 != "." && $0 != ".." }

@@ -175,7 +175,11 @@ struct Put: ParsableCommand {
     /// pipelined: while one is committed on another thread (a sync, the
     /// renames under the store lock, a sync: mostly waiting on the disk or
     /// in one thread), the next is read, sealed and staged on every core.
-    /// A failure stops the import after the batch being committed ends.
+    /// The directories the tree adds to the store are built out of sight
+    /// with the files that are always stored inline, which are written at
+    /// their final names (no rename each), and appear together once those
+    /// are written; the other files in them are stored after that. A
+    /// failure stops the import after the batch being committed ends.
     func importTree(_ store: Store, from local: String, to target: StorePath) throws -> Int {
         let dataFileLimit = Self.dataFilesPerBatch()
         var count = 0
@@ -185,16 +189,7 @@ struct Put: ParsableCommand {
         // Commits, one batch at a time, on a thread of their own.
         let commits = BackgroundJob()
         defer { _ = try? commits.wait() }
-        func flush() throws {
-            guard !pending.isEmpty else { return }
-            let staged = try store.stageBatch(pending)
-            pending.removeAll(keepingCapacity: true)
-            pendingBytes = 0
-            pendingDataFiles = 0
-            count += try commits.wait()
-            commits.start { try store.commit(staged).count }
-        }
-        // The tree's directories first, all created with two syncs.
+        // The tree's directories first: the new ones staged with one sync.
         var directories: [StorePath] = [target]
         func collect(_ local: String, _ target: StorePath) throws {
             for name in try localSubdirectories(of: local) {
@@ -203,14 +198,34 @@ struct Put: ParsableCommand {
             }
         }
         try collect(local, target)
-        try store.makeDirectories(directories)
-        let created = Set(directories)
+        let collected = Set(directories)
+        var tree: StagedTree? = try store.stageTree(directories)
+        // What goes into a new directory only once it is published: files
+        // that may need a data file, and directories that appeared since
+        // the walk began.
+        var later: [(local: String, target: StorePath, isDirectory: Bool)] = []
+
+        func flush() throws {
+            guard !pending.isEmpty else { return }
+            let staged = try store.stageBatch(pending, into: tree)
+            pending.removeAll(keepingCapacity: true)
+            pendingBytes = 0
+            pendingDataFiles = 0
+            count += try commits.wait()
+            commits.start { try store.commit(staged).count }
+        }
         func visit(_ local: String, _ target: StorePath) throws {
-            // One that appeared since is made on its own.
-            if !created.contains(target) { try store.makeDirectory(target, parents: true) }
+            if !collected.contains(target) {
+                if let tree, tree.isNew(target.parent) {
+                    later.append((local, target, true))
+                    return
+                }
+                try store.makeDirectory(target, parents: true)
+            }
             // A directory that vanished since the walk began is skipped,
             // as a vanished file is.
             guard let names = try localEntryNamesIfPresent(of: local) else { return }
+            let isNew = tree?.isNew(target) ?? false
             for name in names.sorted() {
                 let localPath = local + "/" + name
                 var st = stat()
@@ -219,22 +234,52 @@ struct Put: ParsableCommand {
                 guard stat(localPath, &st) == 0 else { continue }
                 if st.st_mode & S_IFMT == S_IFDIR {
                     try visit(localPath, target.appending(name))
-                } else if UInt64(st.st_size) > Self.batchFileLimit || st.st_mode & S_IFMT != S_IFREG {
-                    try flush()
-                    _ = try putFile(store, source: localPath, to: target.appending(name))
-                    count += 1
+                } else if isNew && !(st.st_mode & S_IFMT == S_IFREG && store.isAlwaysInline(length: UInt64(st.st_size))) {
+                    later.append((localPath, target.appending(name), false))
                 } else {
-                    let file = LocalFileSource(localPath)
-                    pending.append(PutBatchItem(path: target.appending(name), protection: self.class?.value, source: file.read))
-                    pendingBytes += UInt64(st.st_size)
-                    if !store.isAlwaysInline(length: UInt64(st.st_size)) { pendingDataFiles += 1 }
-                    if pending.count == Store.maxBatchCount || pendingDataFiles == dataFileLimit || pendingBytes >= Self.batchByteLimit {
-                        try flush()
-                    }
+                    try storeFile(localPath, st, at: target.appending(name))
+                }
+            }
+        }
+        func storeFile(_ localPath: String, _ st: stat, at path: StorePath) throws {
+            if UInt64(st.st_size) > Self.batchFileLimit || st.st_mode & S_IFMT != S_IFREG {
+                try flush()
+                _ = try putFile(store, source: localPath, to: path)
+                count += 1
+            } else {
+                let file = LocalFileSource(localPath)
+                pending.append(PutBatchItem(path: path, protection: self.class?.value, source: file.read))
+                pendingBytes += UInt64(st.st_size)
+                if !store.isAlwaysInline(length: UInt64(st.st_size)) { pendingDataFiles += 1 }
+                if pending.count == Store.maxBatchCount || pendingDataFiles == dataFileLimit || pendingBytes >= Self.batchByteLimit {
+                    try flush()
                 }
             }
         }
         try visit(local, target)
+        try flush()
+        count += try commits.wait()
+        do {
+            try store.publish(tree!)
+        } catch StoreError.alreadyExists(let path) {
+            throw CommandFailure(.alreadyExists, "\(path) was created by another command during this import; nothing was stored under it",
+                                 hint: "run the command again to store into it")
+        }
+        tree = nil
+        for entry in later {
+            if entry.isDirectory {
+                try visit(entry.local, entry.target)
+                continue
+            }
+            // Looked at again: it may have changed or vanished since.
+            var st = stat()
+            guard stat(entry.local, &st) == 0 else { continue }
+            if st.st_mode & S_IFMT == S_IFDIR {
+                try visit(entry.local, entry.target)
+            } else {
+                try storeFile(entry.local, st, at: entry.target)
+            }
+        }
         try flush()
         count += try commits.wait()
         return count

@@ -145,6 +145,101 @@ struct TreeCLITests {
             let refused = try f.raw(["put", "-r", local + "/secret", "/t/secret2", "--class", "A"])
             expectProtectedDataUnavailable(refused)
             #expect(f.storedData() == before && f.headerFiles().count == headersBefore)
+            // /t/secret2 was new: the directories built for it are gone too.
+            #expect(try f.raw(["stat", "/t/secret2"]).status == 66)
+            #expect(localFiles(f.store).filter { $0.contains(".tmp-") }.isEmpty)
+        }
+    }
+
+    /// Another command creates the new directory while `put -r` is still
+    /// building it out of sight: the import stops with 73 and stores
+    /// nothing there, the other command's directory stays as it made it,
+    /// and running the import again stores everything.
+    @Test func treeIntoNewPathTakenMeanwhile() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = f.root + "/tree"
+            for d in 0..<10 {
+                try FileManager.default.createDirectory(atPath: local + "/d\(d)", withIntermediateDirectories: true)
+                for i in 0..<300 {
+                    #expect(FileManager.default.createFile(atPath: local + "/d\(d)/f\(i)", contents: sampleBytes("\(d)-\(i)", size: 200)))
+                }
+            }
+            let result = Box<RawResult?>(nil)
+            let done = DispatchSemaphore(value: 0)
+            let environment = f.environment
+            Thread.detachNewThread {
+                let put = try? runLocker(environment: environment, ["put", "-r", local, "/x"])
+                result.update { $0 = put }
+                done.signal()
+            }
+            // Until the import is building /x out of sight.
+            var building = false
+            let deadline = Date() + 60
+            while !building && Date() < deadline {
+                building = ((try? FileManager.default.contentsOfDirectory(atPath: f.store + "/ns")) ?? []).contains { $0.contains(".tmp-dir-") }
+                if !building { usleep(200) }
+            }
+            #expect(building, "no new directory was staged")
+            let mkdir = try f.raw(["mkdir", "/x"])
+            done.wait()
+            guard let put = result.value else {
+                Issue.record("put -r did not run")
+                return
+            }
+            #expect(mkdir.status == 0, "the import ended before mkdir ran: \(mkdir) \(put)")
+            #expect(put.status == 73, "\(put)")
+            #expect(put.stderr == "locker: error: /x was created by another command during this import; nothing was stored under it\n"
+                    + "locker: hint: run the command again to store into it\n", "\(put)")
+            #expect(f.headerFiles().isEmpty)
+            #expect(localFiles(f.store).filter { $0.contains(".tmp-") }.isEmpty)
+            #expect(try f.raw(["verify"]).status == 0)
+
+            let again = try f.ok(["put", "-r", local, "/x"])
+            #expect(again.stdout.contains("Stored 3000 objects under /x."), "\(again)")
+            #expect(try f.stat("/x/d3/f17").size == UInt64(sampleBytes("3-17", size: 200).count))
+        }
+    }
+
+    /// Into a path that does not exist yet (parents missing too): the new
+    /// directories are built out of sight with the small files written at
+    /// their final names, published at once, and the files that may need a
+    /// data file are stored into them afterwards. Everything reads back,
+    /// nothing temporary is left, and the store verifies.
+    @Test func treeIntoNewPath() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.ok(["mkdir", "/new"])
+            try f.ok(["mkdir", "/new/secret", "--class", "A"])
+            let local = f.root + "/tree"
+            var files = try makeTree(local, version: 4)
+            // Over the inline limit, within a batch.
+            for i in 0..<3 {
+                let data = pseudoRandomBytes(100_000 + i, seed: UInt64(40 + i))
+                try FileManager.default.createDirectory(atPath: local + "/mid", withIntermediateDirectories: true)
+                #expect(FileManager.default.createFile(atPath: local + "/mid/m\(i)", contents: data))
+                files["mid/m\(i)"] = data
+            }
+            let put = try f.ok(["put", "-r", local, "/new/a/b"])
+            #expect(put.stdout.contains("Stored \(files.count) objects under /new/a/b."), "\(put)")
+            #expect(f.dataFiles().count == 4, "big.bin and the three mid files have data files")
+            #expect(try f.stat("/new/a/b/many/f7").protectionSource == "storeDefault")
+            #expect(try f.stat("/new/a/b/empty-dir").type == "directory")
+            #expect(localFiles(f.store).filter { $0.contains(".tmp-") }.isEmpty)
+            #expect(try f.raw(["verify", "--read-data"]).status == 0)
+
+            // Objects in new directories below a directory with a default
+            // class inherit it.
+            try f.ok(["put", "-r", local + "/secret", "/new/secret/s"])
+            #expect(try f.stat("/new/secret/s/deeper/s3").protection == "complete")
+            #expect(try f.stat("/new/secret/s/deeper/s3").protectionSource == "inherited:/new/secret")
+
+            let out = f.root + "/out"
+            try f.ok(["get", "-r", "/new/a/b", out])
+            #expect(localFiles(out) == localFiles(local))
+            for (path, data) in files {
+                #expect(FileManager.default.contents(atPath: out + "/" + path) == data, "\(path)")
+            }
         }
     }
 

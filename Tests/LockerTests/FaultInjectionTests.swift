@@ -166,6 +166,19 @@ private func errorKind(_ error: any Error) -> String? {
         })
     }
 
+    @Test func stagedTree() throws {
+        // New subtrees with objects written inside them (one with a data
+        // file), an object beside them in an existing directory, then
+        // the publication.
+        try exercise(StoreOperation(name: "staged tree", perObject: true) { store in
+            let tree = try store.stageTree([StorePath("/fresh/a"), StorePath("/d/new")])
+            try store.commit(try store.stageBatch([item("/fresh/a/one", bytes(100, seed: 11)), item("/d/new/big", bytes(4 * chunk, seed: 12)),
+                                                   item("/fresh/two", bytes(10, seed: 13)), item("/d/beside", bytes(20, seed: 14))],
+                                                  into: tree))
+            try store.publish(tree)
+        })
+    }
+
     @Test func removeObject() throws {
         try exercise(StoreOperation(name: "rm object") { try $0.remove(StorePath("/d/obj")) })
     }
