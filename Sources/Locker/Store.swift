@@ -844,7 +844,8 @@ public final class Store: @unchecked Sendable {
                 }
             }
         }
-        return items.sorted { $0.path.description < $1.path.description }
+        // Same parent: the names give the paths' order.
+        return items.indices.sorted { items[$0].path.name < items[$1].path.name }.map { items[$0] }
     }
 
     /// Calls `visit` for every entry below `path`, depth first, parents
