@@ -82,7 +82,8 @@ extension Store {
     /// With a `tree` (see ``stageTree(_:)``), an object whose directory
     /// the tree creates is written there at its final name instead, and
     /// its commit renames nothing: it appears when the tree is published,
-    /// and its data file, if it has one, stays open and locked until then.
+    /// and its data file, if it has one, waits in the tree's temporary
+    /// directory until then.
     public func stageBatch(_ items: [PutBatchItem], into tree: StagedTree? = nil) throws -> StagedBatch {
         guard !items.isEmpty else { return StagedBatch(fileSystem: fs, tree: nil, objects: []) }
         guard items.count <= Self.maxBatchCount else { throw StoreError.invalidPath("more than \(Self.maxBatchCount) objects in one batch") }
@@ -145,7 +146,10 @@ extension Store {
             // files 1.31 s with 2 threads, 1.40 s with 4, 1.42 s with 6).
             try forEachObject(items.count, threadsPerWorker: 1) { i in
                 let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
-                let dataPath = dataPath(objectID)
+                let finalDataPath = dataPath(objectID)
+                // In a staged tree, the data file waits inside its
+                // temporary directory, whose lock covers it.
+                let dataPath = targets[i].inTree ? tree!.dataPath(Self.hex(objectID)) : finalDataPath
                 // One core per object: the batch already spreads its
                 // objects over the cores, and a writer's buffers grow
                 // with its workers.
@@ -156,10 +160,11 @@ extension Store {
                 let result = try writer.write(from: items[i].source, inlineLimit: ObjectHeader.maxInlineDataLength, file: {
                     let file = try DataFile.create(dataPath, fileSystem: fs)
                     slots.value[i].data = (dataPath, file)
+                    slots.value[i].finalDataPath = finalDataPath
                     // Until its header commits, the data file is
                     // referenced by nothing; the lock tells a verifier
                     // it is not garbage yet.
-                    try file.holdWriteLock()
+                    if !targets[i].inTree { try file.holdWriteLock() }
                     return file
                 }, progress: nil, sync: false)
                 let now = Self.now()
@@ -282,6 +287,8 @@ public final class StagedBatch: @unchecked Sendable {
         /// Written at `fsPath` in a staged tree, which commits it.
         let inPlace: Bool
         var data: (path: String, file: DataFile)?
+        /// Where an in-place object's data file goes on publication.
+        var finalDataPath: String?
         var temporary: String?
         var header: ObjectHeader?
         /// The header file's size, as written.
@@ -308,15 +315,14 @@ public final class StagedBatch: @unchecked Sendable {
         if !isFinished { discard(from: 0) }
     }
 
-    /// Lets go of the data files of committed objects: closed, or held by
-    /// the tree until it is published.
+    /// Closes the data files of committed objects; the tree notes those of
+    /// its objects, to move them on publication.
     func release(_ committed: ArraySlice<Object>) {
         for object in committed {
             guard let data = object.data else { continue }
+            data.file.close()
             if object.inPlace {
-                tree!.keep(data, in: object.path.parent)
-            } else {
-                data.file.close()
+                tree!.keep(temporary: data.path, final: object.finalDataPath!, in: object.path.parent)
             }
         }
     }

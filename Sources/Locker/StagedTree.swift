@@ -9,7 +9,9 @@ extension Store {
     /// names there, with no rename each, and each whole subtree appears
     /// with ``publish(_:)``. While they are built, the temporary directory
     /// holds an exclusive `flock`, so a verifier does not take it for
-    /// garbage.
+    /// garbage; the data files of objects written into them wait inside it
+    /// too (`data/`), so that nothing outside refers to them or holds them
+    /// open.
     ///
     /// A tree released unpublished removes what was written into it; a
     /// crash leaves garbage that `verify --repair` removes. An object in
@@ -29,6 +31,9 @@ extension Store {
         do {
             writeLock = try FileLock.building(directory: container, fileSystem: fs)
             build = try buildDirectories(paths, in: container)
+            // Data files of objects written into the subtrees wait here,
+            // under the same lock, until their subtree is published.
+            try fs.createDirectory(container + "/data", mode: 0o700)
         } catch {
             try? fs.removeTree(container)
             throw error
@@ -41,41 +46,84 @@ extension Store {
     }
 
     /// Puts each new subtree of `tree` in place, with everything committed
-    /// into it: the file system is synced, each subtree is renamed into
-    /// place under the store lock (never over anything), and the file
-    /// system is synced again. When this returns, the subtrees and their
-    /// objects are durable. A tree is published once.
+    /// into it: the file system is synced; then, under the store lock, each
+    /// subtree whose parent is still the directory it was built in (its
+    /// name is sealed with that directory's ID) and whose place is free has
+    /// its objects' data files moved into the store's `data/` and is
+    /// renamed into place (never over anything); then the file system is
+    /// synced again. When this returns, the subtrees and their objects are
+    /// durable. A tree is published once.
     ///
     /// A subtree whose place was taken meanwhile (another command created
-    /// that directory) is removed with what was written into it, the
-    /// others are published, and this throws
-    /// ``StoreError/alreadyExists(_:)`` naming the first one. After any
-    /// other failure each subtree is in place whole or not at all.
+    /// that directory), or whose parent was removed or replaced, is removed
+    /// with what was written into it; the others are published; and this
+    /// throws ``StoreError/alreadyExists(_:)`` naming the taken directory,
+    /// or ``StoreError/notFound(_:)`` naming the parent, for the first such
+    /// subtree. After any other failure each subtree is in place whole or
+    /// not at all.
     public func publish(_ tree: StagedTree) throws {
         guard !tree.isFinished else { throw StoreError.invalidPath("a staged tree is published once") }
         tree.isFinished = true
         guard !tree.subtrees.isEmpty else { return }
-        // Emptied by the renames; what a failure leaves in it goes too.
+        // What is left in it (refused subtrees, their data) goes, then the
+        // lock.
         defer { tree.removeContainer() }
-        var done = 0
-        var taken: [Int] = []
+        var refused: [StoreError] = []
+        // Data files moved out of the temporary directory for a subtree not
+        // yet in place, to remove if it never gets there.
+        var moved: [String] = []
         do {
             try fs.syncFileSystem(containing: path)
             let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
+            var parents: [StorePath: Bool] = [:]
             for (i, subtree) in tree.subtrees.enumerated() {
-                if try !fs.renameIfAbsent(subtree.temporary, to: subtree.fsPath) { taken.append(i) }
-                done += 1
+                let parentPath = subtree.path.parent
+                let parentIsSame = try parents[parentPath] ?? isStill(tree.directories[parentPath]!)
+                parents[parentPath] = parentIsSame
+                guard parentIsSame else {
+                    refused.append(.notFound(parentPath.description))
+                    continue
+                }
+                guard try fs.status(subtree.fsPath) == nil else {
+                    refused.append(.alreadyExists(subtree.path.description))
+                    continue
+                }
+                for file in tree.dataFiles(of: i) {
+                    // Object IDs are random: a name in use means damage.
+                    guard try fs.renameIfAbsent(file.temporary, to: file.final) else {
+                        throw StoreError.integrity(path: subtree.path.description, what: "object ID already in use")
+                    }
+                    moved.append(file.final)
+                }
+                guard try fs.renameIfAbsent(subtree.temporary, to: subtree.fsPath) else {
+                    for final in moved { try? fs.remove(final, syncDirectory: false) }
+                    moved.removeAll()
+                    refused.append(.alreadyExists(subtree.path.description))
+                    continue
+                }
+                moved.removeAll()
             }
             try fs.syncFileSystem(containing: namespaceRoot)
         } catch {
-            tree.discard(from: done)
-            tree.release(subtrees: Set(0..<done))
+            for final in moved { try? fs.remove(final, syncDirectory: false) }
             throw error
         }
-        for i in taken { tree.discard(subtree: i) }
-        tree.release(subtrees: Set(tree.subtrees.indices).subtracting(taken))
-        if let first = taken.first { throw StoreError.alreadyExists(tree.subtrees[first].path.description) }
+        if let first = refused.first { throw first }
+    }
+}
+
+extension Store {
+    /// Whether `directory` is still at its path: a directory with the same
+    /// ID. A failure to look throws; only its absence answers no.
+    func isStill(_ directory: Directory) throws -> Bool {
+        do {
+            return try self.directory(at: directory.storePath).record.directoryID == directory.record.directoryID
+        } catch StoreError.notFound {
+            return false
+        } catch StoreError.notADirectory {
+            return false
+        }
     }
 }
 
@@ -96,12 +144,11 @@ public final class StagedTree: @unchecked Sendable {
     private var lock: FileLock?
     /// Published, or given up.
     var isFinished = false
-    // Data files of objects committed into the tree, held open and locked
-    // until it is published (a verifier would otherwise take them for
-    // garbage: no published header names them). Commits may run on
-    // another thread than the one staging the next batch.
+    // The data files of objects committed into the tree, waiting inside
+    // the temporary directory. Commits may run on another thread than the
+    // one staging the next batch.
     private let dataLock = NSLock()
-    private var dataFiles: [(subtree: Int, path: String, file: DataFile)] = []
+    private var dataFiles: [(subtree: Int, temporary: String, final: String)] = []
 
     init(fileSystem: FileSystem, build: Store.DirectoryBuild, container: String?, lock: FileLock?) {
         self.fileSystem = fileSystem
@@ -119,10 +166,7 @@ public final class StagedTree: @unchecked Sendable {
     }
 
     deinit {
-        if !isFinished {
-            discard(from: 0)
-            removeContainer()
-        }
+        if !isFinished { removeContainer() }
     }
 
     /// Whether `path` is a directory this tree creates.
@@ -138,43 +182,25 @@ public final class StagedTree: @unchecked Sendable {
         return chain
     }
 
-    /// Holds the data file of an object committed into the directory
-    /// `parent` until the tree is published.
-    func keep(_ data: (path: String, file: DataFile), in parent: StorePath) {
-        dataLock.withLock { dataFiles.append((subtreeOf[parent]!, data.path, data.file)) }
+    /// Where the data file `name` of an object written into the tree waits
+    /// until its subtree is published.
+    func dataPath(_ name: String) -> String { container! + "/data/" + name }
+
+    /// Notes the data file of an object committed into the directory
+    /// `parent`: at `temporary` now, moved to `final` on publication.
+    func keep(temporary: String, final: String, in parent: StorePath) {
+        dataLock.withLock { dataFiles.append((subtreeOf[parent]!, temporary, final)) }
     }
 
-    /// Removes the subtrees from `first` on, with their data files.
-    func discard(from first: Int) {
-        for i in subtrees.indices.dropFirst(first) { discard(subtree: i) }
+    /// The data files of subtree `i`'s objects.
+    func dataFiles(of i: Int) -> [(temporary: String, final: String)] {
+        dataLock.withLock { dataFiles.filter { $0.subtree == i }.map { ($0.temporary, $0.final) } }
     }
 
-    /// Removes subtree `i` and the data files of its objects.
-    func discard(subtree i: Int) {
-        let files = dataLock.withLock {
-            let files = dataFiles.filter { $0.subtree == i }
-            dataFiles.removeAll { $0.subtree == i }
-            return files
-        }
-        try? fileSystem.removeTree(subtrees[i].temporary)
-        for entry in files {
-            entry.file.close()
-            try? fileSystem.remove(entry.path, syncDirectory: false)
-        }
-    }
-
-    /// Closes the data files of the given subtrees: they are published.
-    func release(subtrees published: Set<Int>) {
-        dataLock.withLock {
-            for entry in dataFiles where published.contains(entry.subtree) { entry.file.close() }
-            dataFiles.removeAll { published.contains($0.subtree) }
-        }
-    }
-
-    /// Removes the temporary directory, then lets go of its lock.
+    /// Removes the temporary directory with whatever is left in it, then
+    /// lets go of its lock.
     func removeContainer() {
         if let container { try? fileSystem.removeTree(container) }
         lock = nil
     }
-
 }

@@ -234,6 +234,11 @@ struct Put: ParsableCommand {
                 guard stat(localPath, &st) == 0 else { continue }
                 if st.st_mode & S_IFMT == S_IFDIR {
                     try visit(localPath, target.appending(name))
+                } else if collected.contains(target.appending(name)) {
+                    // A directory when the walk began, replaced since: a
+                    // directory is made there, so the file is skipped,
+                    // as what vanished is.
+                    continue
                 } else if isNew && !(st.st_mode & S_IFMT == S_IFREG && store.isAlwaysInline(length: UInt64(st.st_size))) {
                     later.append((localPath, target.appending(name), false))
                 } else {
@@ -262,8 +267,11 @@ struct Put: ParsableCommand {
         do {
             try store.publish(tree!)
         } catch StoreError.alreadyExists(let path) {
-            throw CommandFailure(.alreadyExists, "\(path) was created by another command during this import; nothing was stored under it",
-                                 hint: "run the command again to store into it")
+            throw CommandFailure(.alreadyExists, "the import stopped: another command created \(path) meanwhile, and nothing was stored under it",
+                                 hint: "run the command again to store the rest")
+        } catch StoreError.notFound(let path) {
+            throw CommandFailure(.notFound, "the import stopped: another command removed or replaced \(path) meanwhile, and nothing was stored below it",
+                                 hint: "run the command again to store the rest")
         }
         tree = nil
         for entry in later {

@@ -151,13 +151,21 @@ struct TreeCLITests {
         }
     }
 
-    /// Another command creates the new directory while `put -r` is still
-    /// building it out of sight: the import stops with 73 and stores
-    /// nothing there, the other command's directory stays as it made it,
-    /// and running the import again stores everything.
-    @Test func treeIntoNewPathTakenMeanwhile() throws {
+    /// Another command changes the store where `put -r` is building a new
+    /// directory out of sight: it creates that directory (73), or removes
+    /// and makes again the directory it goes into (66, a new directory ID
+    /// under which the built one's sealed name would not open). The import
+    /// stops and stores nothing there, the other command's work stays as
+    /// it made it, the store verifies, and running the import again
+    /// stores everything.
+    @Test(arguments: [
+        (["mkdir", "/p/x"], Int32(73), "another command created /p/x meanwhile, and nothing was stored under it"),
+        (["rm", "-r", "/p"], Int32(66), "another command removed or replaced /p meanwhile, and nothing was stored below it"),
+    ])
+    func treeIntoNewPathChangedMeanwhile(interference: [String], status: Int32, message: String) throws {
         try withStoreFixture { f in
             try f.initialize()
+            try f.ok(["mkdir", "/p"])
             let local = f.root + "/tree"
             for d in 0..<10 {
                 try FileManager.default.createDirectory(atPath: local + "/d\(d)", withIntermediateDirectories: true)
@@ -169,11 +177,11 @@ struct TreeCLITests {
             let done = DispatchSemaphore(value: 0)
             let environment = f.environment
             Thread.detachNewThread {
-                let put = try? runLocker(environment: environment, ["put", "-r", local, "/x"])
+                let put = try? runLocker(environment: environment, ["put", "-r", local, "/p/x"])
                 result.update { $0 = put }
                 done.signal()
             }
-            // Until the import is building /x out of sight.
+            // Until the import is building /p/x out of sight.
             var building = false
             let deadline = Date() + 60
             while !building && Date() < deadline {
@@ -181,23 +189,25 @@ struct TreeCLITests {
                 if !building { usleep(200) }
             }
             #expect(building, "no new directory was staged")
-            let mkdir = try f.raw(["mkdir", "/x"])
+            let interfered = try f.raw(interference)
+            let remade = interference[0] == "rm" ? try f.raw(["mkdir", "/p"]) : interfered
             done.wait()
             guard let put = result.value else {
                 Issue.record("put -r did not run")
                 return
             }
-            #expect(mkdir.status == 0, "the import ended before mkdir ran: \(mkdir) \(put)")
-            #expect(put.status == 73, "\(put)")
-            #expect(put.stderr == "locker: error: /x was created by another command during this import; nothing was stored under it\n"
-                    + "locker: hint: run the command again to store into it\n", "\(put)")
+            #expect(interfered.status == 0 && remade.status == 0, "the import ended first: \(interfered) \(remade) \(put)")
+            #expect(put.status == status, "\(put)")
+            #expect(put.stderr == "locker: error: the import stopped: \(message)\n"
+                    + "locker: hint: run the command again to store the rest\n", "\(put)")
             #expect(f.headerFiles().isEmpty)
+            #expect(f.dataFiles().isEmpty)
             #expect(localFiles(f.store).filter { $0.contains(".tmp-") }.isEmpty)
             #expect(try f.raw(["verify"]).status == 0)
 
-            let again = try f.ok(["put", "-r", local, "/x"])
-            #expect(again.stdout.contains("Stored 3000 objects under /x."), "\(again)")
-            #expect(try f.stat("/x/d3/f17").size == UInt64(sampleBytes("3-17", size: 200).count))
+            let again = try f.ok(["put", "-r", local, "/p/x"])
+            #expect(again.stdout.contains("Stored 3000 objects under /p/x."), "\(again)")
+            #expect(try f.stat("/p/x/d3/f17").size == UInt64(sampleBytes("3-17", size: 200).count))
         }
     }
 

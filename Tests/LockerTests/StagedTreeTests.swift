@@ -35,8 +35,11 @@ import Testing
                 try S.item("/fresh/large", large),
                 try S.item("/d/plain", [4]),
             ], into: tree)
+            let dataBefore = dataFileCount(root)
             let infos = try store.commit(staged)
             #expect(infos.map(\.path.description) == ["/d/new/x/small", "/fresh/large", "/d/plain"])
+            // The large object's data file waits inside the tree.
+            #expect(dataFileCount(root) == dataBefore)
             // Committed, not published: only the object in an existing
             // directory is there.
             #expect(try S.names(store, "/") == ["d"])
@@ -46,6 +49,7 @@ import Testing
             #expect(report.isClean && report.garbage.isEmpty, "\(report.garbage)")
 
             try store.publish(tree)
+            #expect(dataFileCount(root) == dataBefore + 1)
             #expect(try S.names(store, "/") == ["d", "fresh"])
             #expect(try S.names(store, "/d") == ["new", "old", "plain"])
             #expect(try read(store, "/d/new/x/small") == [1, 2, 3])
@@ -76,8 +80,8 @@ import Testing
                     try store.stageBatch([try S.item("/t/a", [1])], into: tree)
                 }
                 try store.commit(try store.stageBatch([try S.item("/t/a/big", S.noise(100_000)), try S.item("/t/s", [1])], into: tree))
-                #expect(dataFileCount(root) == before + 1)
-                #expect(!S.temporaries(under: root).isEmpty)
+                #expect(dataFileCount(root) == before, "the data file waits inside the tree")
+                #expect(S.temporaries(under: root).contains { $0.hasSuffix("/data") }, "\(S.temporaries(under: root))")
             }
             #expect(dataFileCount(root) == before)
             #expect(S.temporaries(under: root).isEmpty)
@@ -94,13 +98,34 @@ import Testing
             try store.makeDirectory(try StorePath("/e"))
             let tree = try store.stageTree(try (0..<1_200).map { try StorePath("/e/d\($0)") })
             let temporaries = S.temporaries(under: root)
-            #expect(temporaries.count == 1 + 1_200 * 2, "the directory, and each subtree with its record")
+            #expect(temporaries.count == 2 + 1_200 * 2, "the directory, its data directory, and each subtree with its record")
             #expect(temporaries.allSatisfy { $0.hasPrefix("ns/.tmp-dir-") }, "\(temporaries.prefix(3))")
             try store.commit(try store.stageBatch([try S.item("/e/d1199/x", [3])], into: tree))
             try store.publish(tree)
             #expect(try S.names(store, "/e").count == 1_200)
             #expect(try read(store, "/e/d1199/x") == [3])
             #expect(S.temporaries(under: root).isEmpty)
+        }
+    }
+
+    /// A subtree whose parent was removed and made again meanwhile (a new
+    /// directory ID, under which the subtree's sealed name would not
+    /// open) is refused naming the parent, and removed with its data; the
+    /// store stays undamaged.
+    @Test func replacedParentIsRefused() throws {
+        try S.withStore { store, root in
+            try store.makeDirectory(try StorePath("/e"))
+            let before = dataFileCount(root)
+            let tree = try store.stageTree([try StorePath("/e/d")])
+            try store.commit(try store.stageBatch([try S.item("/e/d/big", S.noise(100_000))], into: tree))
+            try store.remove(try StorePath("/e"), recursive: true)
+            try store.makeDirectory(try StorePath("/e"))
+            #expect(throws: StoreError.notFound("/e")) { try store.publish(tree) }
+            #expect(try S.names(store, "/e").isEmpty)
+            #expect(dataFileCount(root) == before)
+            #expect(S.temporaries(under: root).isEmpty)
+            let report = try store.verify()
+            #expect(report.isClean && report.damaged.isEmpty, "\(report.damaged)")
         }
     }
 
