@@ -89,12 +89,14 @@ extension Store {
                     refused.append(.alreadyExists(subtree.path.description))
                     continue
                 }
-                for file in tree.dataFiles(of: i) {
-                    // Object IDs are random: a name in use means damage.
-                    guard try fs.renameIfAbsent(file.temporary, to: file.final) else {
+                for temporary in tree.dataFiles(of: i) {
+                    // Named by object ID, as in `data/`. IDs are random: a
+                    // name in use there means damage.
+                    let final = dataDirectory + "/" + (temporary as NSString).lastPathComponent
+                    guard try fs.renameIfAbsent(temporary, to: final) else {
                         throw StoreError.integrity(path: subtree.path.description, what: "object ID already in use")
                     }
-                    moved.append(file.final)
+                    moved.append(final)
                 }
                 guard try fs.renameIfAbsent(subtree.temporary, to: subtree.fsPath) else {
                     for final in moved { try? fs.remove(final, syncDirectory: false) }
@@ -148,7 +150,7 @@ public final class StagedTree: @unchecked Sendable {
     // the temporary directory. Commits may run on another thread than the
     // one staging the next batch.
     private let dataLock = NSLock()
-    private var dataFiles: [(subtree: Int, temporary: String, final: String)] = []
+    private var dataFiles: [(subtree: Int, path: String)] = []
 
     init(fileSystem: FileSystem, build: Store.DirectoryBuild, container: String?, lock: FileLock?) {
         self.fileSystem = fileSystem
@@ -186,15 +188,15 @@ public final class StagedTree: @unchecked Sendable {
     /// until its subtree is published.
     func dataPath(_ name: String) -> String { container! + "/data/" + name }
 
-    /// Notes the data file of an object committed into the directory
-    /// `parent`: at `temporary` now, moved to `final` on publication.
-    func keep(temporary: String, final: String, in parent: StorePath) {
-        dataLock.withLock { dataFiles.append((subtreeOf[parent]!, temporary, final)) }
+    /// Notes the data file at `path` (see ``dataPath(_:)``) of an object
+    /// committed into the directory `parent`, to move on publication.
+    func keep(_ path: String, in parent: StorePath) {
+        dataLock.withLock { dataFiles.append((subtreeOf[parent]!, path)) }
     }
 
-    /// The data files of subtree `i`'s objects.
-    func dataFiles(of i: Int) -> [(temporary: String, final: String)] {
-        dataLock.withLock { dataFiles.filter { $0.subtree == i }.map { ($0.temporary, $0.final) } }
+    /// The data files of subtree `i`'s objects, where they wait.
+    func dataFiles(of i: Int) -> [String] {
+        dataLock.withLock { dataFiles.filter { $0.subtree == i }.map(\.path) }
     }
 
     /// Removes the temporary directory with whatever is left in it, then

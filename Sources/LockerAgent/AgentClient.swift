@@ -82,8 +82,7 @@ public final class AgentClient: KeyService {
             } catch AgentError.unavailable {
                 // Nothing listens: no agent, one ending after another
                 // client's reboot, or one still starting.
-                try waitBriefly(for: departing, until: deadline)
-                if agentGone(departing) { return }
+                if try departed(departing, by: deadline) { return }
                 continue
             }
             defer { connection.close() }
@@ -102,8 +101,7 @@ public final class AgentClient: KeyService {
             } catch AgentError.unavailable {
                 // Read, then the connection ended without an answer
                 // (another reboot got there first): wait for that one.
-                try waitBriefly(for: departing, until: deadline)
-                if agentGone(departing) { return }
+                if try departed(departing, by: deadline) { return }
                 continue
             }
             // The agent exits after the acknowledgement: wait for the end
@@ -118,15 +116,16 @@ public final class AgentClient: KeyService {
     /// device operation under way, then the wipe), or one still starting.
     static let departSeconds = 15.0
 
-    /// Returns at once if the agent is gone, else after a short sleep;
+    /// True at once if the agent is gone, else false after a short sleep;
     /// throws once `deadline` has passed.
-    private func waitBriefly(for pid: Int32?, until deadline: Double) throws {
-        if agentGone(pid) { return }
+    private func departed(_ pid: Int32?, by deadline: Double) throws -> Bool {
+        if agentGone(pid) { return true }
         guard SocketIO.monotonicNow() < deadline else {
             let who = pid.map { "the agent (pid \($0))" } ?? "an agent"
             throw AgentError.unavailable("\(who) neither answered the reboot nor ended within \(Int(Self.departSeconds)) s")
         }
         SocketIO.sleep(milliseconds: 10)
+        return false
     }
 
     /// No agent holds the keys `pid` held: no process holds `agent.lock`

@@ -203,7 +203,7 @@ struct Put: ParsableCommand {
         // What goes into a new directory only once it is published: files
         // that may need a data file, and directories that appeared since
         // the walk began.
-        var later: [(local: String, target: StorePath, isDirectory: Bool)] = []
+        var later: [(local: String, target: StorePath)] = []
 
         func flush() throws {
             guard !pending.isEmpty else { return }
@@ -217,7 +217,7 @@ struct Put: ParsableCommand {
         func visit(_ local: String, _ target: StorePath) throws {
             if !collected.contains(target) {
                 if let tree, tree.isNew(target.parent) {
-                    later.append((local, target, true))
+                    later.append((local, target))
                     return
                 }
                 try store.makeDirectory(target, parents: true)
@@ -240,7 +240,7 @@ struct Put: ParsableCommand {
                     // as what vanished is.
                     continue
                 } else if isNew && !(st.st_mode & S_IFMT == S_IFREG && store.isAlwaysInline(length: UInt64(st.st_size))) {
-                    later.append((localPath, target.appending(name), false))
+                    later.append((localPath, target.appending(name)))
                 } else {
                     try storeFile(localPath, st, at: target.appending(name))
                 }
@@ -274,18 +274,14 @@ struct Put: ParsableCommand {
                                  hint: "run the command again to store the rest")
         }
         tree = nil
-        for entry in later {
-            if entry.isDirectory {
-                try visit(entry.local, entry.target)
-                continue
-            }
+        for (localPath, path) in later {
             // Looked at again: it may have changed or vanished since.
             var st = stat()
-            guard stat(entry.local, &st) == 0 else { continue }
+            guard stat(localPath, &st) == 0 else { continue }
             if st.st_mode & S_IFMT == S_IFDIR {
-                try visit(entry.local, entry.target)
+                try visit(localPath, path)
             } else {
-                try storeFile(entry.local, st, at: entry.target)
+                try storeFile(localPath, st, at: path)
             }
         }
         try flush()
