@@ -77,9 +77,12 @@ extension Store {
             let count = min(window, names.count - start)
             // Each iteration writes only its own slot.
             let slots = Unchecked(found)
-            // Twice the cores: reading a header waits on the file system
-            // as long as opening it computes.
-            try forEachObject(count, threadsPerWorker: 2) { i in
+            // Four times the cores: a header not in the page cache is
+            // read at the disk's pace, and several reads in flight keep
+            // it busy (measured, `get -r` of 20,000 small objects with a
+            // cold cache, medians of 5: 1.56 s with twice the cores, 1.34 s
+            // with four times, 1.41 s with eight times).
+            try forEachObject(count, threadsPerWorker: 4) { i in
                 let fileName = names[start + i]
                 slots.value[i] = Result {
                     let entry = try resolveEntry(fileName, in: directory)

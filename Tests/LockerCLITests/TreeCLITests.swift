@@ -28,6 +28,14 @@ struct TreeCLITests {
         return files
     }
 
+    /// A new store holding ``makeTree(_:version:)`` at /t; returns its files.
+    private func storedTree(_ f: CLIFixture, version: Int) throws -> [String: Data] {
+        try f.initialize()
+        let files = try makeTree(f.root + "/tree", version: version)
+        try f.ok(["put", "-r", f.root + "/tree", "/t"])
+        return files
+    }
+
     private func localFiles(_ root: String) -> [String] {
         (FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String } ?? []).sorted()
     }
@@ -78,10 +86,7 @@ struct TreeCLITests {
     /// in the way, or a DEST created meanwhile, is refused without a trace.
     @Test func treeFetchIntoNewDirectoryEdges() throws {
         try withStoreFixture { f in
-            try f.initialize()
-            let local = f.root + "/tree"
-            let files = try makeTree(local, version: 3)
-            try f.ok(["put", "-r", local, "/t"])
+            let files = try storedTree(f, version: 3)
 
             let nested = f.root + "/a/b/out/"
             let get = try f.ok(["get", "-r", "/t", nested])
@@ -104,6 +109,48 @@ struct TreeCLITests {
             #expect(export.status == 1 && export.stderr == refused.stderr, "\(export)")
             #expect(FileManager.default.contents(atPath: blocked) == Data("keep".utf8))
             #expect(localFiles(f.root).filter { $0.contains(".locker-") }.isEmpty)
+        }
+    }
+
+    /// Into an existing directory: files in existing local directories
+    /// are replaced, other local files stay, and each missing directory
+    /// is built out of sight and appears whole (empty ones included),
+    /// with the mode of a new directory; an existing local directory
+    /// keeps its own. A file where a directory goes fails the fetch, and
+    /// then none of the directories being built appears.
+    @Test func treeFetchIntoExistingDirectory() throws {
+        try withStoreFixture { f in
+            let files = try storedTree(f, version: 4)
+
+            let out = f.root + "/out"
+            try FileManager.default.createDirectory(atPath: out + "/secret", withIntermediateDirectories: true)
+            #expect(chmod(out + "/secret", 0o750) == 0)
+            #expect(FileManager.default.createFile(atPath: out + "/secret/mine", contents: Data("mine".utf8)))
+            #expect(FileManager.default.createFile(atPath: out + "/big.bin", contents: Data("old".utf8)))
+            let get = try f.ok(["get", "-r", "/t", out])
+            #expect(get.stdout.contains("Fetched \(files.count) objects into \(out)."), "\(get)")
+            for (path, data) in files {
+                #expect(FileManager.default.contents(atPath: out + "/" + path) == data, "\(path)")
+            }
+            #expect(FileManager.default.contents(atPath: out + "/secret/mine") == Data("mine".utf8))
+            var isDirectory: ObjCBool = false
+            #expect(FileManager.default.fileExists(atPath: out + "/empty-dir", isDirectory: &isDirectory) && isDirectory.boolValue)
+            var st = stat()
+            #expect(stat(out + "/secret", &st) == 0 && st.st_mode & 0o777 == 0o750)
+            let mask = umask(0); umask(mask)
+            #expect(stat(out + "/many", &st) == 0 && st.st_mode & 0o777 == 0o777 & ~mask)
+            #expect(localFiles(out).filter { $0.contains(".locker-") }.isEmpty)
+
+            // A file where /t/secret/deeper goes: the fetch fails, and
+            // neither /many nor /empty-dir, built before, appears, nor
+            // the files written before (under 4,096, not yet committed).
+            let again = f.root + "/again"
+            try FileManager.default.createDirectory(atPath: again + "/secret", withIntermediateDirectories: true)
+            #expect(FileManager.default.createFile(atPath: again + "/secret/deeper", contents: Data("in the way".utf8)))
+            let refused = try f.raw(["get", "-r", "/t", again])
+            #expect(refused.status == 1 && refused.stderr.contains("cannot write into \(again)/secret/deeper"), "\(refused)")
+            #expect(localFiles(again) == ["secret", "secret/deeper"], "\(localFiles(again))")
+            #expect(FileManager.default.contents(atPath: again + "/secret/deeper") == Data("in the way".utf8))
         }
     }
 
@@ -255,12 +302,13 @@ struct TreeCLITests {
 
     /// A tree of more than 4,096 objects is stored in several batches
     /// (one committed while the next is staged). Fetched into an existing
-    /// directory, it is committed in several groups, each on a thread of
-    /// its own while the next files are written; a damaged object fetched
-    /// after the first commit began fails the fetch with 65: every file in
-    /// DEST is whole, and no temporary is left, whether its commit had
-    /// started or not. Fetched into a new directory, the same failure
-    /// leaves nothing.
+    /// directory, the files of its existing subdirectories are committed
+    /// in several groups, each on a thread of its own while the next files
+    /// are written; a damaged object fetched after the first commit began
+    /// fails the fetch with 65: every file in DEST is whole, no temporary
+    /// is left, whether its commit had started or not, and the directory
+    /// being built for the damaged object is not there at all. Fetched
+    /// into a new directory, the same failure leaves nothing.
     @Test func largeTreeFetchCommitsInGroupsAndFailsCleanly() throws {
         try withStoreFixture { f in
             try f.initialize()
@@ -282,8 +330,11 @@ struct TreeCLITests {
             }
             try FileManager.default.removeItem(atPath: out)
 
-            // /t's own objects are fetched after its subdirectories.
-            let damaged = try f.putInline("/t/zlast", sampleBytes("zlast", size: 300))
+            // Directories are fetched in name order, each one's files
+            // before its subdirectories: /t/zz after /t/many.
+            _ = try f.ok(["mkdir", "-p", "/t/zz/deeper"])
+            _ = try f.putInline("/t/zz/deeper/first", sampleBytes("first", size: 200))
+            let damaged = try f.putInline("/t/zz/last", sampleBytes("zlast", size: 300))
             try flipBit(damaged, at: fileSize(damaged) - 5)
             let rootBefore = localFiles(f.root)
             let failedNew = try f.raw(["get", "-r", "/t", out], timeout: 120)
@@ -291,12 +342,14 @@ struct TreeCLITests {
             #expect(!FileManager.default.fileExists(atPath: out))
             #expect(localFiles(f.root) == rootBefore, "the temporary tree was left")
 
-            try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+            // /t/many exists: its files go through temporaries and group
+            // commits; /t/zz does not: it is built out of sight.
+            try FileManager.default.createDirectory(atPath: out + "/many", withIntermediateDirectories: true)
             let failed = try f.raw(["get", "-r", "/t", out], timeout: 120)
             #expect(failed.status == 65 && failed.stderr.contains("integrity failure"), "\(failed)")
             let present = localFiles(out)
             #expect(present.filter { $0.contains(".locker-") }.isEmpty, "temporaries left")
-            #expect(!present.contains("zlast"))
+            #expect(!present.contains("zz") && !present.contains { $0.hasPrefix("zz/") }, "\(present.filter { $0.hasPrefix("zz") })")
             let fetched = localFiles(out + "/many")
             #expect(!fetched.isEmpty, "no group was committed before the failure")
             for name in fetched {

@@ -4,6 +4,7 @@ import LockerCrypto
 import LockerDevice
 import LockerFormat
 import Testing
+import Synchronization
 
 @Suite struct StoreSmokeTests {
     @Test func putGetRoundTrip() throws {
@@ -144,6 +145,59 @@ import Testing
             buffer.copyBytes(from: data[offset..<(offset + n)])
             offset += n
             return n
+        }
+    }
+
+    /// A batch reads small sources ahead, all before it writes anything,
+    /// and stores what each source gives whatever its expected length
+    /// said: the same, fewer bytes, more (past the inline limit, into a
+    /// data file), in small pieces; a source expected to be large is read
+    /// as it is written. A source that fails fails the batch, and nothing
+    /// of it is stored.
+    @Test func readAheadStoresWhatEachSourceGives() throws {
+        try Self.withStore { store, root in
+            func files() -> Int { (FileManager.default.enumerator(atPath: root)?.allObjects.count) ?? 0 }
+            let before = files()
+            let written = Mutex(0)
+            func item(_ path: String, _ data: [UInt8], expected: Int?, piece: Int = .max) throws -> PutBatchItem {
+                var offset = 0
+                return PutBatchItem(path: try StorePath(path), expectedLength: expected.map(UInt64.init)) { buffer in
+                    let n = min(buffer.count, piece, data.count - offset)
+                    if n == 0, let expected, expected <= 4096, data.count <= expected { written.withLock { $0 = max($0, files() - before) } }
+                    buffer.copyBytes(from: data[offset..<(offset + n)])
+                    offset += n
+                    return n
+                }
+            }
+            func pattern(_ count: Int, _ step: UInt32) -> [UInt8] {
+                (0..<count).map { UInt8(truncatingIfNeeded: (UInt32($0) &* step) >> 7) }
+            }
+            var cases: [(String, [UInt8], Int?, Int)] = []
+            cases.append(("/r/same", pattern(3000, 1 << 7), 3000, .max))
+            cases.append(("/r/fewer", pattern(1000, 3 << 7), 4000, .max))
+            // Incompressible enough to need a data file.
+            cases.append(("/r/more", pattern(70_000, 2_654_435_761), 1000, .max))
+            cases.append(("/r/pieces", pattern(2500, 5 << 7), 2500, 100))
+            cases.append(("/r/large", pattern(90_000, 40_503), 90_000, .max))
+            cases.append(("/r/unknown", pattern(500, 9 << 7), nil, .max))
+            for k in 0..<40 { cases.append(("/r/n\(k)", Array(repeating: UInt8(k), count: 100 + k), 100 + k, .max)) }
+            try store.putBatch(try cases.map { try item($0.0, $0.1, expected: $0.2, piece: $0.3) })
+            for (path, data, _, _) in cases {
+                var back: [UInt8] = []
+                try store.read(try StorePath(path)) { back += $0 }
+                #expect(back == data, "\(path)")
+            }
+            // Every small source that did not grow ended before the batch
+            // wrote a file (the directory /r, made before, aside).
+            #expect(written.withLock { $0 } <= 2, "files written before the sources were read: \(written.withLock { $0 })")
+
+            struct Unreadable: Error {}
+            let failing = PutBatchItem(path: try StorePath("/f/bad"), expectedLength: 10) { _ in throw Unreadable() }
+            #expect(throws: Unreadable.self) {
+                try store.putBatch([try item("/f/good", [1, 2, 3], expected: 3), failing])
+            }
+            #expect(throws: StoreError.self) { try store.stat(try StorePath("/f/good")) }
+            #expect(Self.temporaries(under: root).isEmpty)
         }
     }
 
