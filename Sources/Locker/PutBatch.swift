@@ -90,7 +90,11 @@ extension Store {
     /// its commit renames nothing: it appears when the tree is published,
     /// and its data file, if it has one, waits in the tree's temporary
     /// directory until then.
-    public func stageBatch(_ items: [PutBatchItem], into tree: StagedTree? = nil) throws -> StagedBatch {
+    ///
+    /// `readAhead` is what ``readAhead(_:)`` read of these same items (on
+    /// another thread, say, while the previous batch was staged); without
+    /// it, the batch reads its sources ahead itself.
+    public func stageBatch(_ items: [PutBatchItem], into tree: StagedTree? = nil, readAhead early: ReadAhead? = nil) throws -> StagedBatch {
         guard !items.isEmpty else { return StagedBatch(fileSystem: fs, tree: nil, objects: []) }
         guard items.count <= Self.maxBatchCount else { throw StoreError.invalidPath("more than \(Self.maxBatchCount) objects in one batch") }
         guard Set(items.map(\.path)).count == items.count else { throw StoreError.invalidPath("the same path twice in one batch") }
@@ -144,7 +148,8 @@ extension Store {
             StagedBatch.Object(path: items[$0].path, parent: targets[$0].parent, fsPath: targets[$0].fsPath,
                                inPlace: targets[$0].inTree)
         })
-        let early = try readAhead(items)
+        if let early, early.slots.count != items.count { throw StoreError.invalidPath("read ahead for another batch") }
+        let early = try early ?? readAhead(items)
         try batch.objects.withUnsafeMutableBufferPointer { buffer in
             // Each iteration writes only its own slot.
             let slots = Unchecked(buffer)
@@ -197,7 +202,7 @@ extension Store {
     }
 
     /// The most bytes a batch reads ahead (see ``readAhead(_:)``).
-    static let readAheadBudget = 16 << 20
+    public static let readAheadBudget = 16 << 20
 
     /// Reads the sources of a batch's small objects (an ``PutBatchItem/expectedLength``
     /// of at most the inline limit) whole, many at once, up to
@@ -205,8 +210,10 @@ extension Store {
     /// read at the disk's pace: several reads in flight keep it busy
     /// (measured: 20,000 files of 1–16 KiB read with a cold cache in
     /// 1.1 s by 2 readers, 0.55 s by 8), where the writes that follow
-    /// contend for directory locks beyond one thread per core.
-    func readAhead(_ items: [PutBatchItem]) throws -> ReadAhead {
+    /// contend for directory locks beyond one thread per core. What it
+    /// read is for ``stageBatch(_:into:readAhead:)`` of the same items; a
+    /// source that fails here throws here.
+    public func readAhead(_ items: [PutBatchItem]) throws -> ReadAhead {
         var chosen: [Int] = []
         var total = 0
         for (i, item) in items.enumerated() {
@@ -383,7 +390,7 @@ public final class StagedBatch: @unchecked Sendable {
 
 /// The sources a batch read ahead: for each object, the bytes read and
 /// whether its source ended there.
-final class ReadAhead: @unchecked Sendable {
+public final class ReadAhead: @unchecked Sendable {
     var slots: [(bytes: [UInt8], ended: Bool)?]
 
     init(count: Int) { slots = Array(repeating: nil, count: count) }

@@ -205,14 +205,32 @@ struct Put: ParsableCommand {
         // the walk began.
         var later: [(local: String, target: StorePath)] = []
 
-        func flush() throws {
-            guard !pending.isEmpty else { return }
-            let staged = try store.stageBatch(pending, into: tree)
-            pending.removeAll(keepingCapacity: true)
-            pendingBytes = 0
-            pendingDataFiles = 0
+        // The batch whose sources are being read ahead, on a thread of
+        // their own while the previous batch is staged.
+        var reading: (items: [PutBatchItem], ahead: Prefetch<ReadAhead>)?
+        defer { _ = try? reading?.ahead.wait() }
+        func stage(_ items: [PutBatchItem], _ ahead: Prefetch<ReadAhead>) throws {
+            let staged = try store.stageBatch(items, into: tree, readAhead: try ahead.wait())
             count += try commits.wait()
             commits.start { try store.commit(staged).count }
+        }
+        /// Starts reading the pending batch ahead, and stages the batch
+        /// read before it; `drain` stages the pending batch too.
+        func flush(drain: Bool = false) throws {
+            if !pending.isEmpty {
+                let items = UncheckedItems(items: pending)
+                pending.removeAll(keepingCapacity: true)
+                pendingBytes = 0
+                pendingDataFiles = 0
+                let ahead = Prefetch { try store.readAhead(items.items) }
+                let previous = reading
+                reading = (items.items, ahead)
+                if let previous { try stage(previous.items, previous.ahead) }
+            }
+            if drain, let last = reading {
+                reading = nil
+                try stage(last.items, last.ahead)
+            }
         }
         func visit(_ local: String, _ target: StorePath) throws {
             if !collected.contains(target) {
@@ -248,7 +266,7 @@ struct Put: ParsableCommand {
         }
         func storeFile(_ localPath: String, _ st: stat, at path: StorePath) throws {
             if UInt64(st.st_size) > Self.batchFileLimit || st.st_mode & S_IFMT != S_IFREG {
-                try flush()
+                try flush(drain: true)
                 _ = try putFile(store, source: localPath, to: path)
                 count += 1
             } else {
@@ -262,7 +280,7 @@ struct Put: ParsableCommand {
             }
         }
         try visit(local, target)
-        try flush()
+        try flush(drain: true)
         count += try commits.wait()
         do {
             try store.publish(tree!)
@@ -284,7 +302,7 @@ struct Put: ParsableCommand {
                 try storeFile(localPath, st, at: path)
             }
         }
-        try flush()
+        try flush(drain: true)
         count += try commits.wait()
         return count
     }
@@ -357,6 +375,12 @@ final class BackgroundJob: @unchecked Sendable {
         defer { result = .success(0) }
         return try result.get()
     }
+}
+
+/// A batch's items, handed to the thread that reads them ahead and back:
+/// each source is used by one thread at a time.
+struct UncheckedItems: @unchecked Sendable {
+    let items: [PutBatchItem]
 }
 
 /// A value computed on a thread of its own, waited for once.
