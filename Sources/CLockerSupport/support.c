@@ -1,4 +1,5 @@
 #define _GNU_SOURCE
+#include <malloc.h>
 #include "CLockerSupport.h"
 #include <fcntl.h>
 #include <stdio.h>
@@ -15,4 +16,8 @@ int locker_syncfs(int fd) {
 
 int locker_rename_noreplace(const char *from, const char *to) {
     return renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
+}
+
+int locker_limit_malloc_arenas(int count) {
+    return mallopt(M_ARENA_MAX, count);
 }

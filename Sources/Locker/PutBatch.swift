@@ -91,14 +91,23 @@ extension Store {
     /// and its data file, if it has one, waits in the tree's temporary
     /// directory until then.
     ///
-    /// `readAhead` is what ``readAhead(_:)`` read of these same items (on
-    /// another thread, say, while the previous batch was staged); without
-    /// it, the batch reads its sources ahead itself.
-    public func stageBatch(_ items: [PutBatchItem], into tree: StagedTree? = nil, readAhead early: ReadAhead? = nil) throws -> StagedBatch {
+    /// Sources with an ``PutBatchItem/expectedLength`` of at most the
+    /// inline limit are read ahead of the objects being written, several
+    /// at once (see ``ReadAheadWindow``), from `readAhead` if given: the
+    /// window ``readAhead(_:)`` started for these same items (say, while
+    /// the previous batch was staged). The batch stops it.
+    public func stageBatch(_ items: [PutBatchItem], into tree: StagedTree? = nil,
+                           readAhead window: ReadAheadWindow? = nil) throws -> StagedBatch {
+        defer { window?.stop() }
         guard !items.isEmpty else { return StagedBatch(fileSystem: fs, tree: nil, objects: []) }
         guard items.count <= Self.maxBatchCount else { throw StoreError.invalidPath("more than \(Self.maxBatchCount) objects in one batch") }
         guard Set(items.map(\.path)).count == items.count else { throw StoreError.invalidPath("the same path twice in one batch") }
         if let tree, tree.isFinished { throw StoreError.invalidPath("the staged tree is already published") }
+        if let window, window.count != items.count { throw StoreError.invalidPath("a read-ahead window started for another batch") }
+        // Reading starts now at the latest, while the targets are found
+        // and the keys wrapped.
+        let early = window ?? readAhead(items)
+        defer { early.stop() }
 
         // Where each object goes, and its class.
         struct Target {
@@ -148,8 +157,6 @@ extension Store {
             StagedBatch.Object(path: items[$0].path, parent: targets[$0].parent, fsPath: targets[$0].fsPath,
                                inPlace: targets[$0].inTree)
         })
-        if let early, early.slots.count != items.count { throw StoreError.invalidPath("read ahead for another batch") }
-        let early = try early ?? readAhead(items)
         try batch.objects.withUnsafeMutableBufferPointer { buffer in
             // Each iteration writes only its own slot.
             let slots = Unchecked(buffer)
@@ -157,6 +164,9 @@ extension Store {
             // locks that file creation takes (measured: `put -r` of 20,000
             // files 1.31 s with 2 threads, 1.40 s with 4, 1.42 s with 6).
             try forEachObject(items.count, threadsPerWorker: 1) { i in
+                // Whatever happens to this object, its read-ahead space
+                // goes back: the readers wait for it.
+                defer { early.release(i) }
                 let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
                 // In a staged tree, the data file waits inside its
                 // temporary directory, whose lock covers it.
@@ -168,7 +178,7 @@ extension Store {
                                               chunkSize: options.chunkSize, workers: 1)
                 // A small object's data goes into its header file, and
                 // no data file is created.
-                let result = try writer.write(from: early.source(i, then: items[i].source), inlineLimit: ObjectHeader.maxInlineDataLength, file: {
+                let result = try writer.write(from: try early.source(i), inlineLimit: ObjectHeader.maxInlineDataLength, file: {
                     let file = try DataFile.create(dataPath, fileSystem: fs)
                     slots.value[i].data = (dataPath, file)
                     // Until its header commits, the data file is
@@ -201,49 +211,13 @@ extension Store {
         return batch
     }
 
-    /// The most bytes a batch reads ahead (see ``readAhead(_:)``).
-    public static let readAheadBudget = 16 << 20
-
-    /// Reads the sources of a batch's small objects (an ``PutBatchItem/expectedLength``
-    /// of at most the inline limit) whole, many at once, up to
-    /// ``readAheadBudget`` bytes in all. Files not in the page cache are
-    /// read at the disk's pace: several reads in flight keep it busy
-    /// (measured: 20,000 files of 1–16 KiB read with a cold cache in
-    /// 1.1 s by 2 readers, 0.55 s by 8), where the writes that follow
-    /// contend for directory locks beyond one thread per core. What it
-    /// read is for ``stageBatch(_:into:readAhead:)`` of the same items; a
-    /// source that fails here throws here.
-    public func readAhead(_ items: [PutBatchItem]) throws -> ReadAhead {
-        var chosen: [Int] = []
-        var total = 0
-        for (i, item) in items.enumerated() {
-            guard let length = item.expectedLength, length <= UInt64(ObjectHeader.maxInlineDataLength),
-                  total + Int(length) <= Self.readAheadBudget else { continue }
-            chosen.append(i)
-            total += Int(length)
-        }
-        let early = ReadAhead(count: items.count)
-        guard chosen.count > 1 else { return early }
-        try early.slots.withUnsafeMutableBufferPointer { buffer in
-            // Each iteration writes only its own slot.
-            let slots = Unchecked(buffer)
-            try forEachObject(chosen.count, threadsPerWorker: 4) { k in
-                let i = chosen[k]
-                // One byte more than expected: a source that grew is seen
-                // to have more, and the rest is read when it is written.
-                var bytes = [UInt8](repeating: 0, count: Int(items[i].expectedLength!) + 1)
-                var filled = 0
-                var ended = false
-                while filled < bytes.count {
-                    let n = try bytes.withUnsafeMutableBytes { try items[i].source(UnsafeMutableRawBufferPointer(rebasing: $0[filled...])) }
-                    if n == 0 { ended = true; break }
-                    filled += n
-                }
-                bytes.removeLast(bytes.count - filled)
-                slots.value[i] = (bytes, ended)
-            }
-        }
-        return early
+    /// Starts reading the small sources of `items` ahead (see
+    /// ``ReadAheadWindow``), for ``stageBatch(_:into:readAhead:)`` of the
+    /// same items; a window not handed to a batch must be stopped. Reads
+    /// nothing with one worker: that keeps the sequence of system calls
+    /// fixed, as fault injection needs.
+    public func readAhead(_ items: [PutBatchItem]) -> ReadAheadWindow {
+        ReadAheadWindow(items, enabled: options.workers > 1)
     }
 
     /// The second half of ``putBatch(_:)``: syncs the file system, renames
@@ -384,32 +358,6 @@ public final class StagedBatch: @unchecked Sendable {
                 file.close()
                 try? fileSystem.remove(path, syncDirectory: false)
             }
-        }
-    }
-}
-
-/// The sources a batch read ahead: for each object, the bytes read and
-/// whether its source ended there.
-public final class ReadAhead: @unchecked Sendable {
-    var slots: [(bytes: [UInt8], ended: Bool)?]
-
-    init(count: Int) { slots = Array(repeating: nil, count: count) }
-
-    /// A source giving what was read ahead for object `i`, then what
-    /// `rest` gives (nothing, if the source ended). Each object's source
-    /// is used by one thread.
-    func source(_ i: Int, then rest: @escaping (UnsafeMutableRawBufferPointer) throws -> Int)
-        -> (UnsafeMutableRawBufferPointer) throws -> Int {
-        guard let (bytes, ended) = slots[i] else { return rest }
-        var offset = 0
-        return { buffer in
-            if offset < bytes.count {
-                let n = min(buffer.count, bytes.count - offset)
-                bytes.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<offset + n])) }
-                offset += n
-                return n
-            }
-            return ended ? 0 : try rest(buffer)
         }
     }
 }

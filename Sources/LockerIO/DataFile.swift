@@ -149,6 +149,13 @@ public final class SensitiveBuffer: @unchecked Sendable {
         if n > 0 { explicit_bzero(bytes.baseAddress!, n) }
     }
 
+    /// Zeroes `region`, a part of `bytes`, in a way the compiler cannot
+    /// drop.
+    public func wipe(_ region: UnsafeMutableRawBufferPointer) {
+        precondition(region.isEmpty || (region.baseAddress! >= bytes.baseAddress! && region.baseAddress! + region.count <= bytes.baseAddress! + bytes.count))
+        if let base = region.baseAddress, region.count > 0 { explicit_bzero(base, region.count) }
+    }
+
     deinit {
         let base = bytes.baseAddress!
         explicit_bzero(base, size)

@@ -3,6 +3,7 @@ import Foundation
 import LockerAgent
 import LockerDevice
 import LockerFormat
+import LockerIO
 
 // Output rules for every command:
 // - Results go to stdout; with --json, exactly one JSON document (watch: one
@@ -102,6 +103,11 @@ enum Main {
     static func main() {
         // A write to a closed pipe must be an error, not a silent death.
         signal(SIGPIPE, SIG_IGN)
+        // Four malloc arenas at most instead of eight per core: `put -r`'s
+        // short-lived reader threads each touched an arena of their own
+        // (measured: peak RSS of a `put -r` of 20,000 small files 38.7 MiB
+        // → 36.5 MiB, the time the same).
+        ProcessMemory.limitMallocArenas(to: 4)
         do {
             var command = try Locker.parseAsRoot()
             try command.run()

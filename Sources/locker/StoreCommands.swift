@@ -205,31 +205,29 @@ struct Put: ParsableCommand {
         // the walk began.
         var later: [(local: String, target: StorePath)] = []
 
-        // The batch whose sources are being read ahead, on a thread of
-        // their own while the previous batch is staged.
-        var reading: (items: [PutBatchItem], ahead: Prefetch<ReadAhead>)?
-        defer { _ = try? reading?.ahead.wait() }
-        func stage(_ items: [PutBatchItem], _ ahead: Prefetch<ReadAhead>) throws {
-            let staged = try store.stageBatch(items, into: tree, readAhead: try ahead.wait())
+        // The batch collected last, its small files being read ahead while
+        // the one before it is staged: no batch starts with its reads.
+        var reading: (items: [PutBatchItem], window: ReadAheadWindow)?
+        defer { reading?.window.stop() }
+        func stage(_ batch: (items: [PutBatchItem], window: ReadAheadWindow)) throws {
+            let staged = try store.stageBatch(batch.items, into: tree, readAhead: batch.window)
             count += try commits.wait()
             commits.start { try store.commit(staged).count }
         }
-        /// Starts reading the pending batch ahead, and stages the batch
-        /// read before it; `drain` stages the pending batch too.
+        /// Starts reading the pending batch ahead and stages the one read
+        /// before it; `drain` stages the pending batch too.
         func flush(drain: Bool = false) throws {
             if !pending.isEmpty {
-                let items = UncheckedItems(items: pending)
+                let previous = reading
+                reading = (pending, store.readAhead(pending))
                 pending.removeAll(keepingCapacity: true)
                 pendingBytes = 0
                 pendingDataFiles = 0
-                let ahead = Prefetch { try store.readAhead(items.items) }
-                let previous = reading
-                reading = (items.items, ahead)
-                if let previous { try stage(previous.items, previous.ahead) }
+                if let previous { try stage(previous) }
             }
             if drain, let last = reading {
                 reading = nil
-                try stage(last.items, last.ahead)
+                try stage(last)
             }
         }
         func visit(_ local: String, _ target: StorePath) throws {
@@ -375,12 +373,6 @@ final class BackgroundJob: @unchecked Sendable {
         defer { result = .success(0) }
         return try result.get()
     }
-}
-
-/// A batch's items, handed to the thread that reads them ahead and back:
-/// each source is used by one thread at a time.
-struct UncheckedItems: @unchecked Sendable {
-    let items: [PutBatchItem]
 }
 
 /// A value computed on a thread of its own, waited for once.

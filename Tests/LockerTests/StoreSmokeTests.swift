@@ -148,22 +148,19 @@ import Synchronization
         }
     }
 
-    /// A batch reads small sources ahead, all before it writes anything,
-    /// and stores what each source gives whatever its expected length
-    /// said: the same, fewer bytes, more (past the inline limit, into a
-    /// data file), in small pieces; a source expected to be large is read
-    /// as it is written. A source that fails fails the batch, and nothing
-    /// of it is stored.
+    /// A batch reads small sources ahead and stores what each source
+    /// gives whatever its expected length said: the same, fewer bytes,
+    /// more (past the inline limit, into a data file), in small pieces,
+    /// and many more bytes than the read-ahead window holds; a source
+    /// expected to be large, or of unknown length, is read as it is
+    /// written. A source that fails fails the batch, and nothing of it is
+    /// stored.
     @Test func readAheadStoresWhatEachSourceGives() throws {
         try Self.withStore { store, root in
-            func files() -> Int { (FileManager.default.enumerator(atPath: root)?.allObjects.count) ?? 0 }
-            let before = files()
-            let written = Mutex(0)
             func item(_ path: String, _ data: [UInt8], expected: Int?, piece: Int = .max) throws -> PutBatchItem {
                 var offset = 0
                 return PutBatchItem(path: try StorePath(path), expectedLength: expected.map(UInt64.init)) { buffer in
                     let n = min(buffer.count, piece, data.count - offset)
-                    if n == 0, let expected, expected <= 4096, data.count <= expected { written.withLock { $0 = max($0, files() - before) } }
                     buffer.copyBytes(from: data[offset..<(offset + n)])
                     offset += n
                     return n
@@ -180,24 +177,54 @@ import Synchronization
             cases.append(("/r/pieces", pattern(2500, 5 << 7), 2500, 100))
             cases.append(("/r/large", pattern(90_000, 40_503), 90_000, .max))
             cases.append(("/r/unknown", pattern(500, 9 << 7), nil, .max))
-            for k in 0..<40 { cases.append(("/r/n\(k)", Array(repeating: UInt8(k), count: 100 + k), 100 + k, .max)) }
-            try store.putBatch(try cases.map { try item($0.0, $0.1, expected: $0.2, piece: $0.3) })
+            // 300 objects of 20–50 KiB: the window (2 MiB) is reused many
+            // times over.
+            for k in 0..<300 { cases.append(("/w/n\(k)", pattern(20_000 + 100 * k, 2_654_435_761 &+ UInt32(k)), 20_000 + 100 * k, .max)) }
+            for batch in [Array(cases[..<6]), Array(cases[6...])] {
+                try store.putBatch(try batch.map { try item($0.0, $0.1, expected: $0.2, piece: $0.3) })
+            }
             for (path, data, _, _) in cases {
                 var back: [UInt8] = []
                 try store.read(try StorePath(path)) { back += $0 }
                 #expect(back == data, "\(path)")
             }
-            // Every small source that did not grow ended before the batch
-            // wrote a file (the directory /r, made before, aside).
-            #expect(written.withLock { $0 } <= 2, "files written before the sources were read: \(written.withLock { $0 })")
 
             struct Unreadable: Error {}
-            let failing = PutBatchItem(path: try StorePath("/f/bad"), expectedLength: 10) { _ in throw Unreadable() }
-            #expect(throws: Unreadable.self) {
-                try store.putBatch([try item("/f/good", [1, 2, 3], expected: 3), failing])
-            }
-            #expect(throws: StoreError.self) { try store.stat(try StorePath("/f/good")) }
+            var failing = try (0..<100).map { try item("/f/n\($0)", pattern(5000, UInt32($0) + 1), expected: 5000) }
+            failing[50] = PutBatchItem(path: try StorePath("/f/bad"), expectedLength: 10) { _ in throw Unreadable() }
+            #expect(throws: Unreadable.self) { try store.putBatch(failing) }
+            #expect(throws: StoreError.self) { try store.stat(try StorePath("/f/n0")) }
             #expect(Self.temporaries(under: root).isEmpty)
+        }
+    }
+
+    /// Small sources are read several at once, more than the writers (two
+    /// here): each source waits a moment for others to start. With no
+    /// expected length, no more than the writers read at once.
+    @Test func smallSourcesAreReadSeveralAtOnce() throws {
+        try Self.withStore { store, _ in
+            func concurrency(expected: UInt64?) throws -> Int {
+                let state = Mutex((active: 0, most: 0))
+                let items = try (0..<12).map { k in
+                    var started = false
+                    return PutBatchItem(path: try StorePath("/c\(expected ?? 0)/n\(k)"), expectedLength: expected) { buffer in
+                        if started { return 0 }
+                        started = true
+                        state.withLock { $0.active += 1; $0.most = max($0.most, $0.active) }
+                        let deadline = Date().addingTimeInterval(0.3)
+                        while state.withLock({ $0.active }) < 4, Date() < deadline { usleep(1000) }
+                        state.withLock { $0.active -= 1 }
+                        buffer[0] = UInt8(k)
+                        return 1
+                    }
+                }
+                try store.putBatch(items)
+                return state.withLock { $0.most }
+            }
+            let ahead = try concurrency(expected: 1)
+            let unknown = try concurrency(expected: nil)
+            #expect(ahead >= 4, "\(ahead) sources read at once")
+            #expect(unknown <= 2, "\(unknown) sources read at once")
         }
     }
 

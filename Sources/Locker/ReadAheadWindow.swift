@@ -1,0 +1,224 @@
+internal import LockerFormat
+internal import LockerIO
+internal import Foundation
+
+/// The small sources of a batch, read ahead of the objects being written
+/// by readers of their own, in order, into one bounded window of memory.
+///
+/// Files not in the page cache are read at the disk's pace, and several
+/// reads in flight keep it busy (measured: 20,000 files of 1–16 KiB read
+/// with a cold cache in 1.1 s by 2 readers, 0.55 s by 8), while the
+/// writes that follow contend for directory locks beyond one thread per
+/// core. A source is read ahead when its ``PutBatchItem/expectedLength``
+/// is at most the inline limit; it gets that many bytes and one more, so
+/// that one that grew is seen to have more (the rest is read as it is
+/// written). The window holds plaintext: it is a ``SensitiveBuffer``,
+/// out of core dumps, locked where the limit allows, wiped when freed.
+///
+/// Deadlock-free because space is reserved in index order, the writers
+/// take objects in index order, and each object's space is released once
+/// it is written: the oldest reservation always belongs to an object a
+/// writer holds or will take next.
+public final class ReadAheadWindow: @unchecked Sendable {
+    /// Bytes of plaintext read ahead at most at any time.
+    static let capacity = 1 << 20
+    /// Readers per batch: several reads in flight.
+    static let readers = 8
+
+    private enum Slot {
+        case ready(offset: Int, count: Int, ended: Bool)
+        case failed(any Error)
+    }
+
+    private let items: [PutBatchItem]
+    /// The indices of the items read ahead, in order.
+    private let order: [Int]
+    private let isChosen: [Bool]
+    private let window: SensitiveBuffer?
+    /// Guards the reservations; readers wait on it for space.
+    private let condition = NSCondition()
+    private let done = DispatchGroup()
+    /// Each read object's result, written by its reader before it
+    /// signals `ready`, read by its writer after waiting on it.
+    private let slots: UnsafeMutableBufferPointer<Slot?>
+    private let ready: [DispatchSemaphore]
+    // Guarded by `condition`:
+    private var nextReservation = 0
+    /// Live reservations, oldest first, and whether each was released.
+    private var live: [(item: Int, offset: Int, length: Int, released: Bool)] = []
+    private var liveBytes = 0
+    private var liveStart = 0
+    private var reservationOf: [Int: Int] = [:]
+    /// Where the next reservation starts.
+    private var head = 0
+    private var stopped = false
+    /// Set by the first ``stop()``, under `condition`.
+    private var joined = false
+
+    /// Starts reading `items` ahead, unless `enabled` is false or fewer
+    /// than two qualify.
+    init(_ items: [PutBatchItem], enabled: Bool) {
+        self.items = items
+        var order: [Int] = []
+        for (i, item) in items.enumerated() {
+            if let length = item.expectedLength, length <= UInt64(ObjectHeader.maxInlineDataLength) { order.append(i) }
+        }
+        if !enabled || order.count < 2 { order = [] }
+        self.order = order
+        var isChosen = [Bool](repeating: false, count: items.count)
+        for i in order { isChosen[i] = true }
+        self.isChosen = isChosen
+        slots = .allocate(capacity: items.count)
+        slots.initialize(repeating: nil)
+        ready = isChosen.map { $0 ? DispatchSemaphore(value: 0) : DispatchSemaphore(value: 1) }
+        window = order.isEmpty ? nil : SensitiveBuffer(count: Self.capacity)
+        for _ in 0..<min(Self.readers, order.count) {
+            done.enter()
+            Thread { [self] in
+                read()
+                done.leave()
+            }.start()
+        }
+    }
+
+    /// The source to write object `i` from: what was read ahead, then the
+    /// rest of its source, or its source itself. Waits for the read; throws
+    /// what reading ahead threw. Used by one thread.
+    func source(_ i: Int) throws -> (UnsafeMutableRawBufferPointer) throws -> Int {
+        guard isChosen[i] else { return items[i].source }
+        ready[i].wait()
+        switch slots[i]! {
+        case .failed(let error):
+            throw error
+        case .ready(let start, let count, let ended):
+            let bytes = UnsafeRawBufferPointer(rebasing: window!.bytes[start..<start + count])
+            let rest = items[i].source
+            var offset = 0
+            return { buffer in
+                if offset < bytes.count {
+                    let n = min(buffer.count, bytes.count - offset)
+                    buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n]))
+                    offset += n
+                    return n
+                }
+                return ended ? 0 : try rest(buffer)
+            }
+        }
+    }
+
+    /// Gives back object `i`'s space, once it is written or has failed;
+    /// the bytes are wiped. Nothing for an object not read ahead.
+    func release(_ i: Int) {
+        guard isChosen[i] else { return }
+        condition.lock()
+        defer { condition.unlock() }
+        guard let k = reservationOf.removeValue(forKey: i) else { return }
+        live[k - liveStart].released = true
+        let (_, offset, length, _) = live[k - liveStart]
+        window!.wipe(UnsafeMutableRawBufferPointer(rebasing: window!.bytes[offset..<offset + length]))
+        var popped = 0
+        while popped < live.count, live[popped].released { popped += 1 }
+        if popped > 0 {
+            liveBytes -= live[..<popped].reduce(0) { $0 + $1.length }
+            live.removeFirst(popped)
+            liveStart += popped
+            // Readers waiting for space are woken once a quarter of the
+            // window is free, not on every release (a wake-up per object
+            // cost more system time than the reads saved), or when none is
+            // left in use, which a writer waiting for its object implies.
+            // One reader at a time takes the next reservation, and wakes
+            // the next when it has.
+            if live.isEmpty || Self.capacity - liveBytes >= Self.capacity / 4 { condition.signal() }
+        }
+    }
+
+    /// Stops the readers and waits for them: after this, the window is
+    /// no longer written. A window not handed to a batch must be stopped;
+    /// a batch stops the window it is given. Stopping again does nothing.
+    public func stop() {
+        condition.lock()
+        stopped = true
+        condition.broadcast()
+        condition.unlock()
+        done.wait()
+        condition.lock()
+        defer { condition.unlock() }
+        guard !joined else { return }
+        joined = true
+        slots.deinitialize()
+        slots.deallocate()
+    }
+
+    /// How many items the window was started for.
+    var count: Int { items.count }
+
+    // MARK: Readers
+
+    private func read() {
+        while true {
+            condition.lock()
+            var reservation: (item: Int, offset: Int)?
+            while !stopped, nextReservation < order.count {
+                let item = order[nextReservation]
+                if let offset = reserve(item, Int(items[item].expectedLength!) + 1) {
+                    nextReservation += 1
+                    reservation = (item, offset)
+                    // The next one may fit too.
+                    condition.signal()
+                    break
+                }
+                condition.wait()
+            }
+            condition.unlock()
+            guard let (i, offset) = reservation else { return }
+            let capacity = Int(items[i].expectedLength!) + 1
+            let region = UnsafeMutableRawBufferPointer(rebasing: window!.bytes[offset..<offset + capacity])
+            let slot: Slot
+            do {
+                var filled = 0
+                var ended = false
+                while filled < capacity {
+                    let n = try items[i].source(UnsafeMutableRawBufferPointer(rebasing: region[filled...]))
+                    if n == 0 { ended = true; break }
+                    filled += n
+                }
+                slot = .ready(offset: offset, count: filled, ended: ended)
+            } catch {
+                slot = .failed(error)
+            }
+            slots[i] = slot
+            ready[i].signal()
+        }
+    }
+
+    /// Reserves `size` bytes of the ring for `item`, or returns nil if
+    /// they do not fit now. Called with `condition` held.
+    private func reserve(_ item: Int, _ size: Int) -> Int? {
+        let capacity = Self.capacity
+        guard let oldest = live.first else {
+            head = 0
+            return record(item, at: 0, length: size)
+        }
+        let tail = oldest.offset
+        if head > tail {
+            // Live is [tail, head): the space after head, else from 0.
+            if capacity - head >= size { return record(item, at: head, length: size) }
+            if tail >= size {
+                // The end of the ring stays unused until the reservations
+                // before it are released.
+                return record(item, at: 0, length: size)
+            }
+            return nil
+        }
+        // Live wraps: [tail, capacity) and [0, head).
+        return tail - head >= size ? record(item, at: head, length: size) : nil
+    }
+
+    private func record(_ item: Int, at offset: Int, length: Int) -> Int {
+        reservationOf[item] = liveStart + live.count
+        live.append((item, offset, length, false))
+        liveBytes += length
+        head = offset + length
+        return offset
+    }
+}
