@@ -49,6 +49,8 @@ public final class ReadAheadWindow: @unchecked Sendable {
     private var liveBytes = 0
     private var liveStart = 0
     private var reservationOf: [Int: Int] = [:]
+    /// Objects released before they were reserved: not to be read.
+    private var abandoned: Set<Int> = []
     /// Where the next reservation starts.
     private var head = 0
     private var stopped = false
@@ -112,7 +114,12 @@ public final class ReadAheadWindow: @unchecked Sendable {
         guard isChosen[i] else { return }
         condition.lock()
         defer { condition.unlock() }
-        guard let k = reservationOf.removeValue(forKey: i) else { return }
+        guard let k = reservationOf.removeValue(forKey: i) else {
+            // Given up before it was read (its writer failed first): it
+            // must not be read, or its space would never come back.
+            abandoned.insert(i)
+            return
+        }
         live[k - liveStart].released = true
         let (_, offset, length, _) = live[k - liveStart]
         window!.wipe(UnsafeMutableRawBufferPointer(rebasing: window!.bytes[offset..<offset + length]))
@@ -160,6 +167,10 @@ public final class ReadAheadWindow: @unchecked Sendable {
             var reservation: (item: Int, offset: Int)?
             while !stopped, nextReservation < order.count {
                 let item = order[nextReservation]
+                if abandoned.contains(item) {
+                    nextReservation += 1
+                    continue
+                }
                 if let offset = reserve(item, Int(items[item].expectedLength!) + 1) {
                     nextReservation += 1
                     reservation = (item, offset)
