@@ -98,16 +98,15 @@ extension Store {
     /// the previous batch was staged). The batch stops it.
     public func stageBatch(_ items: [PutBatchItem], into tree: StagedTree? = nil,
                            readAhead window: ReadAheadWindow? = nil) throws -> StagedBatch {
-        defer { window?.stop() }
+        // Reading starts now at the latest, while the targets are found
+        // and the keys wrapped; stopped however this ends.
+        let early = window ?? readAhead(items)
+        defer { early.stop() }
         guard !items.isEmpty else { return StagedBatch(fileSystem: fs, tree: nil, objects: []) }
         guard items.count <= Self.maxBatchCount else { throw StoreError.invalidPath("more than \(Self.maxBatchCount) objects in one batch") }
         guard Set(items.map(\.path)).count == items.count else { throw StoreError.invalidPath("the same path twice in one batch") }
         if let tree, tree.isFinished { throw StoreError.invalidPath("the staged tree is already published") }
-        if let window, window.count != items.count { throw StoreError.invalidPath("a read-ahead window started for another batch") }
-        // Reading starts now at the latest, while the targets are found
-        // and the keys wrapped.
-        let early = window ?? readAhead(items)
-        defer { early.stop() }
+        guard early.count == items.count else { throw StoreError.invalidPath("a read-ahead window started for another batch") }
 
         // Where each object goes, and its class.
         struct Target {

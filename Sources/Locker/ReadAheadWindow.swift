@@ -33,7 +33,6 @@ public final class ReadAheadWindow: @unchecked Sendable {
     private let items: [PutBatchItem]
     /// The indices of the items read ahead, in order.
     private let order: [Int]
-    private let isChosen: [Bool]
     private let window: SensitiveBuffer?
     /// Guards the reservations; readers wait on it for space.
     private let condition = NSCondition()
@@ -41,7 +40,9 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// Each read object's result, written by its reader before it
     /// signals `ready`, read by its writer after waiting on it.
     private let slots: UnsafeMutableBufferPointer<Slot?>
-    private let ready: [DispatchSemaphore]
+    /// For each object read ahead, signalled once its slot is written;
+    /// nil for the others.
+    private let ready: [DispatchSemaphore?]
     // Guarded by `condition`:
     private var nextReservation = 0
     /// Live reservations, oldest first, and whether each was released.
@@ -67,12 +68,11 @@ public final class ReadAheadWindow: @unchecked Sendable {
         }
         if !enabled || order.count < 2 { order = [] }
         self.order = order
-        var isChosen = [Bool](repeating: false, count: items.count)
-        for i in order { isChosen[i] = true }
-        self.isChosen = isChosen
+        var ready = [DispatchSemaphore?](repeating: nil, count: items.count)
+        for i in order { ready[i] = DispatchSemaphore(value: 0) }
+        self.ready = ready
         slots = .allocate(capacity: items.count)
         slots.initialize(repeating: nil)
-        ready = isChosen.map { $0 ? DispatchSemaphore(value: 0) : DispatchSemaphore(value: 1) }
         window = order.isEmpty ? nil : SensitiveBuffer(count: Self.capacity)
         for _ in 0..<min(Self.readers, order.count) {
             done.enter()
@@ -87,8 +87,8 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// rest of its source, or its source itself. Waits for the read; throws
     /// what reading ahead threw. Used by one thread.
     func source(_ i: Int) throws -> (UnsafeMutableRawBufferPointer) throws -> Int {
-        guard isChosen[i] else { return items[i].source }
-        ready[i].wait()
+        guard let ready = ready[i] else { return items[i].source }
+        ready.wait()
         switch slots[i]! {
         case .failed(let error):
             throw error
@@ -111,7 +111,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// Gives back object `i`'s space, once it is written or has failed;
     /// the bytes are wiped. Nothing for an object not read ahead.
     func release(_ i: Int) {
-        guard isChosen[i] else { return }
+        guard ready[i] != nil else { return }
         condition.lock()
         defer { condition.unlock() }
         guard let k = reservationOf.removeValue(forKey: i) else {
@@ -198,7 +198,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
                 slot = .failed(error)
             }
             slots[i] = slot
-            ready[i].signal()
+            ready[i]!.signal()
         }
     }
 

@@ -351,27 +351,22 @@ private func readLocalDirectory(_ local: String, _ body: (String, UInt8) -> Void
 /// Runs one job at a time on a thread of its own, and hands its result to
 /// whoever waits for it.
 final class BackgroundJob: @unchecked Sendable {
-    private let done = DispatchGroup()
-    // Written by the job's thread before it leaves `done`, read by the
-    // caller after waiting on it.
-    private var result: Result<Int, any Error> = .success(0)
+    // Set and cleared by the caller's thread only.
+    private var running: Prefetch<Int>?
 
     /// Starts `job`; the previous one must have been waited for.
     func start(_ job: @escaping @Sendable () throws -> Int) {
-        done.enter()
-        Thread { [self] in
-            result = Result { try job() }
-            done.leave()
-        }.start()
+        precondition(running == nil, "a background job is already running")
+        running = Prefetch(job)
     }
 
     /// Waits for the job under way, if any, and returns its result (0 if
     /// there was none), or throws its error.
     @discardableResult
     func wait() throws -> Int {
-        done.wait()
-        defer { result = .success(0) }
-        return try result.get()
+        guard let job = running else { return 0 }
+        running = nil
+        return try job.wait()
     }
 }
 

@@ -36,17 +36,23 @@ struct TreeCLITests {
         return files
     }
 
+    /// A new store with `storeDirectory` and its `secret` subdirectory of
+    /// class A, and ``makeTree(_:version:)`` built locally (not stored).
+    private func treeBeside(_ f: CLIFixture, storeDirectory: String, version: Int) throws -> (local: String, files: [String: Data]) {
+        try f.initialize()
+        try f.ok(["mkdir", storeDirectory])
+        try f.ok(["mkdir", storeDirectory + "/secret", "--class", "A"])
+        let local = f.root + "/tree"
+        return (local, try makeTree(local, version: version))
+    }
+
     private func localFiles(_ root: String) -> [String] {
         (FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String } ?? []).sorted()
     }
 
     @Test func treeRoundTripWithBatchesAndInheritance() throws {
         try withStoreFixture { f in
-            try f.initialize()
-            try f.ok(["mkdir", "/t"])
-            try f.ok(["mkdir", "/t/secret", "--class", "A"])
-            let local = f.root + "/tree"
-            let files = try makeTree(local, version: 1)
+            let (local, files) = try treeBeside(f, storeDirectory: "/t", version: 1)
 
             let put = try f.ok(["put", "-r", local, "/t"])
             #expect(put.stdout.contains("Stored \(files.count) objects under /t."), "\(put)")
@@ -265,11 +271,7 @@ struct TreeCLITests {
     /// nothing temporary is left, and the store verifies.
     @Test func treeIntoNewPath() throws {
         try withStoreFixture { f in
-            try f.initialize()
-            try f.ok(["mkdir", "/new"])
-            try f.ok(["mkdir", "/new/secret", "--class", "A"])
-            let local = f.root + "/tree"
-            var files = try makeTree(local, version: 4)
+            var (local, files) = try treeBeside(f, storeDirectory: "/new", version: 4)
             // Over the inline limit, within a batch.
             for i in 0..<3 {
                 let data = pseudoRandomBytes(100_000 + i, seed: UInt64(40 + i))
