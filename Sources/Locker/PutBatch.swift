@@ -137,31 +137,14 @@ extension Store {
             targets.append(Target(parent: parent, fsPath: fsPath, protection: cls, source: source, inTree: inTree))
         }
 
-        // Keys: one wrap request per class, sent on a thread of their own
-        // while the writers start, since an object needs its wrapped key
-        // only for its header (measured in a `put -r` of 20,000 small
-        // files: 4 to 8 ms per batch of 1,024, which both cores spent
-        // waiting before). With one worker, in order, as fault injection
-        // needs.
+        // Keys: one wrap request per class.
         let fileKeys = try items.map { _ in try SecretBytes(randomCount: 32) }
-        let wrapInput = Unchecked((keys, fileKeys, targets.map(\.protection)))
-        let wrapAll: @Sendable () throws -> [WrappedFileKey] = {
-            let (keys, fileKeys, classes) = wrapInput.value
-            var wrapped = [WrappedFileKey?](repeating: nil, count: fileKeys.count)
-            for cls in Set(classes) {
-                let indices = classes.indices.filter { classes[$0] == cls }
-                let keysForClass = try keys.wrap(fileKeys: indices.map { fileKeys[$0] }, for: cls)
-                guard keysForClass.count == indices.count else { throw DeviceError.integrity("wrapped key count") }
-                for (i, key) in zip(indices, keysForClass) { wrapped[i] = key }
-            }
-            return wrapped.map { $0! }
-        }
-        let wrapping = options.workers > 1 ? Prefetch(wrapAll) : nil
-        let wrappedNow = wrapping == nil ? try wrapAll() : []
-        // Nothing of the batch outlives it, the requests included.
-        defer { _ = try? wrapping?.wait() }
-        func wrappedKey(_ i: Int) throws -> WrappedFileKey {
-            try wrapping.map { try $0.wait()[i] } ?? wrappedNow[i]
+        var wrapped = [WrappedFileKey?](repeating: nil, count: items.count)
+        for cls in Set(targets.map(\.protection)) {
+            let indices = targets.indices.filter { targets[$0].protection == cls }
+            let keysForClass = try keys.wrap(fileKeys: indices.map { fileKeys[$0] }, for: cls)
+            guard keysForClass.count == indices.count else { throw DeviceError.integrity("wrapped key count") }
+            for (i, key) in zip(indices, keysForClass) { wrapped[i] = key }
         }
 
         // Data files and new headers, none synced yet, several objects at
@@ -206,7 +189,7 @@ extension Store {
                 let now = Self.now()
                 var header = ObjectHeader(
                     parentID: targets[i].parent.record.directoryID, name: items[i].path.name,
-                    protectionSource: targets[i].source, wrappedKey: try wrappedKey(i), objectID: objectID,
+                    protectionSource: targets[i].source, wrappedKey: wrapped[i]!, objectID: objectID,
                     chunkSize: options.chunkSize, plaintextLength: result.result.plaintextLength,
                     dataLength: result.result.dataLength, created: now, modified: now, headerMAC: [],
                     inlineData: result.inlineData)

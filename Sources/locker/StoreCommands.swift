@@ -370,6 +370,27 @@ final class BackgroundJob: @unchecked Sendable {
     }
 }
 
+/// A value computed on a thread of its own, waited for once.
+final class Prefetch<Value>: @unchecked Sendable {
+    private let done = DispatchGroup()
+    // Written by the thread before it leaves `done`, read after waiting.
+    private var result: Result<Value, any Error>?
+
+    init(_ job: @escaping @Sendable () throws -> Value) {
+        done.enter()
+        Thread { [self] in
+            result = Result { try job() }
+            done.leave()
+        }.start()
+    }
+
+    /// Waits for the value, and returns it or throws its error.
+    func wait() throws -> Value {
+        done.wait()
+        return try result!.get()
+    }
+}
+
 /// A local file read for a batch: opened on the first read, closed at its
 /// end, so that a batch does not hold every file open at once.
 final class LocalFileSource {

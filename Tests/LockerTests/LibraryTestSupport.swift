@@ -79,16 +79,10 @@ func protection(_ attributes: [FileAttributeKey: Any]) -> ProtectionClass? {
 }
 
 /// A key service that forwards to a device, as the agent client does over
-/// its socket: the store cannot see a `Device` behind it. `beforeWrapMany`
-/// runs before each wrap of several keys, as a slow or failing agent's
-/// reply would.
+/// its socket: the store cannot see a `Device` behind it.
 final class ForwardingKeys: KeyService {
     let device: Device
-    let beforeWrapMany: (@Sendable () throws -> Void)?
-    init(_ device: Device, beforeWrapMany: (@Sendable () throws -> Void)? = nil) {
-        self.device = device
-        self.beforeWrapMany = beforeWrapMany
-    }
+    init(_ device: Device) { self.device = device }
 
     func status() throws -> DeviceStatus { try device.status() }
     func unlock(passcode: SecretBytes) throws { try device.unlock(passcode: passcode) }
@@ -100,10 +94,6 @@ final class ForwardingKeys: KeyService {
     func classBPublicKey() throws -> ClassPublicKey { try device.classBPublicKey() }
     func wrap(fileKey: SecretBytes, for protectionClass: ProtectionClass) throws -> WrappedFileKey {
         try device.wrap(fileKey: fileKey, for: protectionClass)
-    }
-    func wrap(fileKeys: [SecretBytes], for protectionClass: ProtectionClass) throws -> [WrappedFileKey] {
-        try beforeWrapMany?()
-        return try device.wrap(fileKeys: fileKeys, for: protectionClass)
     }
     func unwrap(_ wrapped: WrappedFileKey) throws -> SecretBytes { try device.unwrap(wrapped) }
     func rewrap(_ wrapped: WrappedFileKey, to newClass: ProtectionClass) throws -> WrappedFileKey {

@@ -228,60 +228,6 @@ import Synchronization
         }
     }
 
-    /// A batch's objects are written while its keys are wrapped (an object
-    /// needs its wrapped key only for its header), and a wrap that fails
-    /// fails the batch with its error: nothing of it is stored, nothing
-    /// temporary is left.
-    @Test func objectsAreWrittenWhileTheirKeysAreWrapped() throws {
-        final class Seen: Sendable {
-            let sourcesRead = Atomic<Int>(0)
-            let readDuringWrap = Atomic<Int>(0)
-            let failWraps = Atomic<Bool>(false)
-        }
-        let seen = Seen()
-        let root = NSTemporaryDirectory() + "lks-" + UUID().uuidString.prefix(8)
-        defer { try? FileManager.default.removeItem(atPath: root) }
-        let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
-                                           options: .init(passcodeCost: .fixed(logN: 10)))
-        // A slow agent: its reply waits (up to 2 s) for a writer to read
-        // a source, which only a writer that did not wait for it can do.
-        let keys = ForwardingKeys(device) {
-            let deadline = Date().addingTimeInterval(2)
-            while seen.sourcesRead.load(ordering: .sequentiallyConsistent) == 0, Date() < deadline { usleep(1000) }
-            seen.readDuringWrap.store(seen.sourcesRead.load(ordering: .sequentiallyConsistent), ordering: .sequentiallyConsistent)
-            if seen.failWraps.load(ordering: .sequentiallyConsistent) { throw DeviceError.integrity("wrapped key count") }
-        }
-        let store = try Store(path: root + "/s", keys: keys, options: .init(chunkSize: 16 << 10, workers: 2))
-        // No expected length: the sources are read by the writers only,
-        // not ahead.
-        func items(_ directory: String) throws -> [PutBatchItem] {
-            try (0..<40).map { k in
-                var done = false
-                return PutBatchItem(path: try StorePath("\(directory)/n\(k)"), protection: .complete) { buffer in
-                    if done { return 0 }
-                    done = true
-                    seen.sourcesRead.add(1, ordering: .sequentiallyConsistent)
-                    buffer[0] = UInt8(k)
-                    return 1
-                }
-            }
-        }
-        try store.putBatch(try items("/w"))
-        #expect(seen.readDuringWrap.load(ordering: .sequentiallyConsistent) > 0, "no object was written while the keys were wrapped")
-        for k in 0..<40 {
-            var bytes: [UInt8] = []
-            try store.read(try StorePath("/w/n\(k)")) { bytes += $0 }
-            #expect(bytes == [UInt8(k)])
-        }
-
-        seen.failWraps.store(true, ordering: .sequentiallyConsistent)
-        #expect(throws: DeviceError.integrity("wrapped key count")) { try store.putBatch(try items("/f")) }
-        // The directory the batch made may stay; nothing is in it.
-        #expect(((try? Self.names(store, "/f")) ?? []).isEmpty)
-        #expect(Self.temporaries(under: root + "/s").isEmpty)
-        #expect(try Self.names(store, "/w").count == 40)
-    }
-
     /// Every file under `root` whose name marks a write in progress.
     static func temporaries(under root: String) -> [String] {
         (FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? []).filter { $0.contains(".tmp-") }
