@@ -156,6 +156,12 @@ extension Store {
             StagedBatch.Object(path: items[$0].path, parent: targets[$0].parent, fsPath: targets[$0].fsPath,
                                inPlace: targets[$0].inTree)
         })
+        // Header temporaries are not locked one by one (a batch would need
+        // a descriptor each); the staging lock, shared until they are
+        // renamed or removed, tells a verifier that they are not garbage.
+        if !targets.allSatisfy(\.inTree) {
+            batch.staging = try FileLock.staging(path: stagingPath, fileSystem: fs)
+        }
         try batch.objects.withUnsafeMutableBufferPointer { buffer in
             // Each iteration writes only its own slot.
             let slots = Unchecked(buffer)
@@ -229,6 +235,8 @@ extension Store {
         guard !batch.objects.isEmpty else { return [] }
         guard !batch.isFinished else { throw StoreError.invalidPath("a staged batch is committed once") }
         batch.isFinished = true
+        // Every way out has renamed or removed the header temporaries.
+        defer { batch.staging = nil }
         // For objects in a staged tree this sync is not needed for
         // durability (the tree's publication syncs), but writing them out
         // now, while the next batch is staged, leaves the publication little
@@ -323,6 +331,9 @@ public final class StagedBatch: @unchecked Sendable {
     var objects: [Object]
     /// Committed, or the commit failed and cleaned up.
     var isFinished = false
+    /// A share of the store's staging lock while the batch has header
+    /// temporaries (released after deinit's cleanup, as a property).
+    var staging: FileLock?
 
     init(fileSystem: FileSystem, tree: StagedTree?, objects: [Object]) {
         self.fileSystem = fileSystem

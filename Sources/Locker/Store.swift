@@ -40,6 +40,9 @@ public final class Store: @unchecked Sendable {
     var namespaceRoot: String { path + "/ns" }
     var dataDirectory: String { path + "/data" }
     var lockPath: String { path + "/lock" }
+    /// Shared by batch writers while they have header temporaries; see
+    /// ``FileLock/staging(path:fileSystem:)``.
+    var stagingPath: String { path + "/staging" }
     var intentPath: String { path + "/move.intent" }
 
     /// Opens the store at `path`, creating its layout on first use. Throws
@@ -153,6 +156,13 @@ public final class Store: @unchecked Sendable {
     /// replacement (`<name>.tmp-…`, see `FileSystem.writeFileAtomically`).
     /// Encoded names are base64url, so they never contain ".tmp-".
     static func isTemporary(_ fileName: String) -> Bool { fileName.contains(".tmp-") }
+
+    /// Whether the temporary at `fsPath` may be a header a batch staged
+    /// beside its entry (`<name>.tmp-…` in the namespace), rather than a
+    /// directory being built, which is locked itself.
+    func isHeaderTemporary(_ fsPath: String) -> Bool {
+        fsPath.hasPrefix(namespaceRoot + "/") && !(fsPath.split(separator: "/").last?.hasPrefix(".tmp-dir-") ?? false)
+    }
 
     /// The file-system path of `name` inside `directory`.
     func entryPath(_ name: String, in directory: Directory) throws -> String {

@@ -151,8 +151,15 @@ extension Store {
             if let staleName { report.garbage.append(staleName) }
             report.garbage.append(relative(intentPath))
         }
+        // A batch writer's header temporaries are not locked one by one:
+        // it shares the staging lock while it has them. Held here, no
+        // batch begins until verify ends; held by a writer, no header
+        // temporary is provably garbage (a crash's look the same).
+        let staging = try FileLock.stagingIfIdle(path: stagingPath, fileSystem: fs)
+        defer { withExtendedLifetime(staging) {} }
         for fsPath in temporaries + ((try? fs.contentsOfDirectory(path))?.filter { $0.hasPrefix("lock.tmp-") || $0.hasPrefix("move.intent.tmp-") }.map { path + "/" + $0 } ?? [])
         where !DataFile.isInUse(fsPath, fileSystem: fs) {
+            if staging == nil, isHeaderTemporary(fsPath) { continue }
             report.garbage.append(relative(fsPath))
         }
 

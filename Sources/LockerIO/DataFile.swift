@@ -84,7 +84,7 @@ public final class DataFile {
     }
 }
 
-/// An exclusive `flock`, held until deinit (or until the process ends).
+/// A `flock`, held until deinit (or until the process ends).
 public final class FileLock {
     private let fileSystem: FileSystem
     private let path: String
@@ -114,6 +114,25 @@ public final class FileLock {
     /// at `path` (created if missing). Blocks until held.
     public static func store(path: String, fileSystem: FileSystem) throws -> FileLock {
         try FileLock(path: path, flags: O_RDWR | O_CREAT | O_CLOEXEC, operation: LOCK_EX, fileSystem: fileSystem)
+    }
+
+    /// A batch writer's share of the staging lock on the file at `path`
+    /// (created if missing), held while the batch has temporaries that
+    /// are not locked one by one. Blocks while ``stagingIfIdle(path:fileSystem:)``
+    /// holds it.
+    public static func staging(path: String, fileSystem: FileSystem) throws -> FileLock {
+        try FileLock(path: path, flags: O_RDWR | O_CREAT | O_CLOEXEC, operation: LOCK_SH, fileSystem: fileSystem)
+    }
+
+    /// The staging lock at `path` held exclusively, if no batch writer
+    /// holds a share of it; nil, without waiting, if one does. While it is
+    /// held no batch begins.
+    public static func stagingIfIdle(path: String, fileSystem: FileSystem) throws -> FileLock? {
+        do {
+            return try FileLock(path: path, flags: O_RDWR | O_CREAT | O_CLOEXEC, operation: LOCK_EX | LOCK_NB, fileSystem: fileSystem)
+        } catch let error as IOError where error.errno == EWOULDBLOCK {
+            return nil
+        }
     }
 
     /// The lock of a directory a live process is still building, so that

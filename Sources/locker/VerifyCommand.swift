@@ -5,7 +5,7 @@ import Locker
 struct Verify: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Check the store: every directory, name and object header; with --read-data, every chunk of every object readable now.",
-        discussion: "Exits 65 and names each damaged object and why. Objects whose class is locked are reported as not checked. --repair removes only what is provably garbage: temporary files of interrupted writes and data files that no header references and no live process is writing.")
+        discussion: "Exits 65 and names each damaged object and why. Objects whose class is locked are reported as not checked. --repair removes only what is provably garbage: temporary files of interrupted writes and data files that no header references and no live process is writing; while another command is storing a batch of objects, header temporaries are left for a later run.")
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: JSONOption

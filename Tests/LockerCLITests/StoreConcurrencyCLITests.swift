@@ -151,6 +151,49 @@ struct StoreConcurrencyCLITests {
         }
     }
 
+    /// `verify --repair`, run again and again while `put -r` stores a tree
+    /// into an existing directory (each batch's headers staged as
+    /// temporaries beside their entries until the batch commits), removes
+    /// none of them: the import succeeds and the tree reads back whole.
+    @Test func verifyRepairDuringTreeImport() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.ok(["mkdir", "/t"])
+            let tree = f.root + "/tree"
+            try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
+            let count = 4000
+            for i in 0..<count {
+                let body = Data((String(repeating: "file \(i) ", count: 1 + i % 50)).utf8)
+                #expect(FileManager.default.createFile(atPath: tree + "/f\(i)", contents: body))
+            }
+            let environment = f.environment
+            let put = Box<RawResult?>(nil)
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                put.update { $0 = try? runLocker(environment: environment, ["put", "-r", tree, "/t"], timeout: 120) }
+                done.signal()
+            }
+            var verifies = 0
+            var repairs: [RawResult] = []
+            while done.wait(timeout: .now()) == .timedOut {
+                let r = try f.raw(["verify", "--repair"], timeout: 120)
+                verifies += 1
+                if r.status != 0 || r.text.contains("removed") { repairs.append(r) }
+            }
+            let result = try #require(put.value)
+            #expect(result.status == 0, "put -r during verify --repair (\(verifies) runs): \(result)")
+            #expect(repairs.isEmpty, "verify --repair during the import: \(repairs)")
+            #expect(verifies >= 1)
+            let out = f.root + "/out"
+            try f.ok(["get", "-r", "/t", out], timeout: 120)
+            for i in 0..<count {
+                #expect(FileManager.default.contents(atPath: out + "/f\(i)") == FileManager.default.contents(atPath: tree + "/f\(i)"),
+                        "f\(i)")
+            }
+            try f.ok(["verify"])
+        }
+    }
+
     /// What is wrong with a `get` result, if anything: only exit 0 with one
     /// whole stored version, or 66 before any version was stored.
     static func check(_ r: RawResult, path: String, storedBefore: Bool,

@@ -280,6 +280,40 @@ import Synchronization
         }
     }
 
+    /// `verify(repair:)` while a batch is staged (its headers written as
+    /// temporaries beside their entries, not committed) takes none of them
+    /// for garbage, and the batch then commits; with no batch staged, a
+    /// header temporary a crash left is garbage, and repair removes it.
+    @Test func verifyRepairLeavesAStagedBatchAlone() throws {
+        try Self.withStore { store, root in
+            // /d exists, so the batch's headers are temporaries.
+            try store.putBatch([try Self.item("/d/old", [9, 9])])
+            let staged = try store.stageBatch([try Self.item("/d/old", [1]), try Self.item("/d/new", [2, 3])])
+            let during = Self.temporaries(under: root)
+            #expect(during.count == 2)
+            let report = try store.verify(repair: true)
+            #expect(report.garbage.isEmpty)
+            #expect(report.removed.isEmpty)
+            #expect(Self.temporaries(under: root) == during)
+            try store.commit(staged)
+            for (name, expected) in [("old", [UInt8(1)]), ("new", [2, 3])] {
+                var bytes: [UInt8] = []
+                try store.read(try StorePath("/d/" + name)) { bytes += $0 }
+                #expect(bytes == expected)
+            }
+            #expect(Self.temporaries(under: root).isEmpty)
+
+            // What a crash in the middle of a batch leaves.
+            let leftover = try #require(during.first)
+            #expect(FileManager.default.createFile(atPath: root + "/" + leftover, contents: Data([1, 2, 3])))
+            let repaired = try store.verify(repair: true)
+            #expect(repaired.garbage == [leftover])
+            #expect(repaired.removed == [leftover])
+            #expect(Self.temporaries(under: root).isEmpty)
+            #expect(try store.verify().isClean)
+        }
+    }
+
     /// A staged batch changes nothing a reader sees until committed;
     /// released uncommitted, it removes what it wrote; it commits once.
     @Test func stagedBatchIsInvisibleUntilCommitted() throws {
