@@ -34,6 +34,10 @@ public enum AgentServer {
     /// already serves the directory. Throws if the socket cannot be set up.
     public static func run(devicePath: String) throws -> Never {
         harden()
+        // Blocked before any thread starts, so every thread inherits the
+        // mask and only `sigwait` below sees these signals.
+        var endSignals = Self.endSignals()
+        _ = pthread_sigmask(SIG_BLOCK, &endSignals, nil)
         let paths = try AgentPaths(devicePath: devicePath)
         _ = chdir("/")
 
@@ -63,7 +67,27 @@ public enum AgentServer {
         ticker.stackSize = 64 << 10
         ticker.start()
 
+        // Asked to end (SIGTERM, SIGINT, SIGHUP): the same steps as a
+        // reboot request, so the keys are wiped and the socket and pid file
+        // removed, not left to the kernel and the next agent.
+        let ending = Thread {
+            var set = Self.endSignals()
+            var received: Int32 = 0
+            while sigwait(&set, &received) != 0 {}
+            core.reboot(acknowledge: {})
+        }
+        ending.stackSize = 64 << 10
+        ending.start()
+
         acceptForever(listener, core: core)
+    }
+
+    /// The signals that end the agent as a reboot does.
+    private static func endSignals() -> sigset_t {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for signal in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&set, signal) }
+        return set
     }
 
     /// Process hardening before any key exists here.

@@ -392,6 +392,30 @@ struct AgentTests {
         #expect(agentProcesses(serving: fixture.device).count == 1)
     }
 
+    @Test("SIGTERM, SIGINT and SIGHUP end the agent as a reboot does: socket and pid file gone, the next one before first unlock",
+          arguments: [SIGTERM, SIGINT, SIGHUP])
+    func signalledAgent(_ signal: Int32) throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        let key = try SecretBytes(randomCount: 32)
+        let wrapped = try client.wrap(fileKey: key, for: .completeUntilFirstUserAuthentication)
+        let first = try client.agentProcessID()
+        #expect(fixture.pidFromFile == first)
+        #expect(kill(first, signal) == 0)
+        #expect(waitUntilGone(first))
+        #expect(!FileManager.default.fileExists(atPath: try fixture.socketPath))
+        #expect(!FileManager.default.fileExists(atPath: fixture.device + "/agent.pid"))
+
+        let next = try fixture.client()
+        #expect(try next.status().state == .beforeFirstUnlock)
+        #expect(try next.agentProcessID() != first)
+        #expect(throws: DeviceError.protectedDataUnavailable(.completeUntilFirstUserAuthentication)) { try next.unwrap(wrapped) }
+        try next.unlock(passcode: secret("1234"))
+        #expect(try next.unwrap(wrapped) == key)
+    }
+
     @Test("another user gets nothing from the agent, which stays up",
           .enabled(if: geteuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")
               && FileManager.default.isExecutableFile(atPath: "/usr/bin/perl")))

@@ -280,6 +280,27 @@ struct CLITests {
         }
     }
 
+    /// `kill` (SIGTERM) ends the agent as `locker reboot` does: it wipes
+    /// the keys and removes its socket and agent.pid; the next command
+    /// starts a new one, before first unlock.
+    @Test func aTerminatedAgentCleansUpAfterItself() throws {
+        try withFixture { f in
+            try f.initialize()
+            #expect(try f.put("/c", Data("class C".utf8), ["--class", "C"]).status == 0)
+            let pid = try #require(f.agentPIDFromFile, "no agent.pid after init")
+            #expect(kill(pid, SIGTERM) == 0)
+            #expect(waitUntilGone(pid), "agent \(pid) survived SIGTERM")
+            let leftovers = (try? FileManager.default.contentsOfDirectory(atPath: f.device))?.filter { $0.hasPrefix("agent.sock") || $0 == "agent.pid" }
+            #expect(leftovers == [], "left behind: \(leftovers ?? [])")
+
+            let r = try f.run(["get", "/c"])
+            #expect(r.status == 75, "\(r)")
+            let s = try JSONDecoder().decode(StatusJSON.self, from: Data(try f.run(["status", "--json"]).stdout.utf8))
+            #expect(s.state == "beforeFirstUnlock")
+            #expect(try #require(f.agentPIDFromFile) != pid)
+        }
+    }
+
     // 13
     @Test(.enabled(if: geteuid() == 0, "needs root to run locker as uid 65534"),
           .enabled(if: setprivPath != nil, "needs setpriv (util-linux) to run locker as uid 65534"))
