@@ -21,3 +21,7 @@ int locker_rename_noreplace(const char *from, const char *to) {
 int locker_limit_malloc_arenas(int count) {
     return mallopt(M_ARENA_MAX, count);
 }
+
+int locker_o_noatime(void) {
+    return O_NOATIME;
+}

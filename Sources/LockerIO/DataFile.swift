@@ -46,7 +46,7 @@ public final class DataFile {
 
     /// Opens an existing file for reading.
     public static func openForReading(_ path: String, fileSystem: FileSystem) throws -> DataFile {
-        let fd = try fileSystem.open(path, O_RDONLY | O_CLOEXEC)
+        let fd = try fileSystem.openForReading(path)
         return DataFile(path: path, fileSystem: fileSystem, fd: fd)
     }
 

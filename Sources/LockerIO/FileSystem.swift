@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 internal import Glibc
 #endif
+internal import CLockerSupport
 
 /// The one place Locker's store and device files meet the kernel.
 ///
@@ -19,7 +20,7 @@ public struct FileSystem: Sendable {
 
     /// Reads a whole file of at most `limit` bytes.
     public func readFile(_ path: String, limit: Int = 1 << 20) throws -> [UInt8] {
-        let fd = try open(path, O_RDONLY | O_CLOEXEC)
+        let fd = try openForReading(path)
         defer { close(fd) }
         // Sized by the file (one byte more, to see the end in the same
         // read), not the limit: headers are read with a 64 KiB limit and
@@ -236,6 +237,22 @@ public struct FileSystem: Sendable {
     func open(_ path: String, _ flags: Int32, _ mode: UInt32 = 0) throws(IOError) -> Int32 {
         Int32(try retrying("open", path) { Int(syscalls.open(path, flags, mode)) })
     }
+
+    /// Opens `path` read-only without touching its access time, and
+    /// returns the descriptor: a read then dirties no inode (with
+    /// relatime, the first read after a write would, one journal update
+    /// per file), and the disk keeps no record of which objects were read
+    /// when. Where the flag is refused (a file the caller does not own),
+    /// opens without it.
+    public func openForReading(_ path: String) throws(IOError) -> Int32 {
+        do {
+            return try open(path, O_RDONLY | O_CLOEXEC | Self.noAccessTime)
+        } catch where error.errno == EPERM {
+            return try open(path, O_RDONLY | O_CLOEXEC)
+        }
+    }
+
+    static let noAccessTime = locker_o_noatime()
 
     /// Never retried: after close returns, even with EINTR or EIO, the
     /// descriptor is gone and may already name another file.

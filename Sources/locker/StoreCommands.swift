@@ -128,10 +128,7 @@ struct Put: ParsableCommand {
     }
 
     func putFile(_ store: Store, source: String, to target: StorePath) throws -> ObjectInfo {
-        let fd: Int32 = source == "-" ? STDIN_FILENO : open(source, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            throw CommandFailure(errno == ENOENT ? .notFound : .failure, "cannot read \(source): \(String(cString: strerror(errno)))")
-        }
+        let fd: Int32 = source == "-" ? STDIN_FILENO : try openSource(source)
         defer { if fd != STDIN_FILENO { Foundation.close(fd) } }
         var st = stat()
         let total: UInt64? = fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG ? UInt64(st.st_size) : nil
@@ -391,6 +388,17 @@ final class Prefetch<Value>: @unchecked Sendable {
     }
 }
 
+/// Opens a local file to store, leaving its access time alone where the
+/// kernel allows (as backup tools do: reading a file to store it is not
+/// the user reading it).
+func openSource(_ path: String) throws -> Int32 {
+    do {
+        return try FileSystem().openForReading(path)
+    } catch {
+        throw CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(path): \(String(cString: strerror(error.errno)))")
+    }
+}
+
 /// A local file read for a batch: opened on the first read, closed at its
 /// end, so that a batch does not hold every file open at once.
 final class LocalFileSource {
@@ -405,10 +413,7 @@ final class LocalFileSource {
     func read(_ buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         if finished { return 0 }
         if fd < 0 {
-            fd = open(path, O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else {
-                throw CommandFailure(errno == ENOENT ? .notFound : .failure, "cannot read \(path): \(String(cString: strerror(errno)))")
-            }
+            fd = try openSource(path)
         }
         let n = try readSource(fd)(buffer)
         if n == 0 {

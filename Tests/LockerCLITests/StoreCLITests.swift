@@ -251,6 +251,50 @@ struct StoreCLITests {
         }
     }
 
+    /// `put`, `put -r` and `get` leave access times alone: of the local
+    /// files they store, and of the store's header and data files they
+    /// read. Each file's access time is first set an hour before its
+    /// modification, which a read would update (relatime); a plain read of
+    /// one shows that it does here.
+    @Test func storingAndFetchingLeaveAccessTimesAlone() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            func aged(_ path: String) throws -> Int {
+                var st = Glibc.stat()
+                try #require(lstat(path, &st) == 0)
+                var times = [timespec(tv_sec: st.st_mtim.tv_sec - 3600, tv_nsec: 0), st.st_mtim]
+                try #require(utimensat(AT_FDCWD, path, &times, 0) == 0)
+                return st.st_mtim.tv_sec - 3600
+            }
+            func accessTime(_ path: String) -> Int {
+                var st = Glibc.stat()
+                return lstat(path, &st) == 0 ? st.st_atim.tv_sec : -1
+            }
+            let control = try f.localFile(Data("control".utf8))
+            let controlAged = try aged(control)
+            _ = FileManager.default.contents(atPath: control)
+            try #require(accessTime(control) != controlAged, "this file system does not update access times on read")
+
+            let local = try f.localFile(Data("a local file".utf8))
+            let localAged = try aged(local)
+            try f.ok(["put", local, "/one"])
+            try FileManager.default.createDirectory(atPath: f.root + "/tree", withIntermediateDirectories: true)
+            let treeFile = try f.localFile(Data("in a tree".utf8), name: "tree/t")
+            let treeAged = try aged(treeFile)
+            try f.ok(["put", "-r", f.root + "/tree", "/tree"])
+            #expect(accessTime(local) == localAged, "put read \(local) with its access time updated")
+            #expect(accessTime(treeFile) == treeAged, "put -r read \(treeFile) with its access time updated")
+
+            let header = try f.putInline("/small", Data("small".utf8))
+            let (data, bigHeader) = try f.putTracked("/big", sampleBytes("big", size: 300_000))
+            let before = try [header, data, bigHeader].map { try aged($0) }
+            #expect(try f.raw(["get", "/small"]).stdout == Data("small".utf8))
+            #expect(try f.raw(["get", "/big"]).status == 0)
+            try f.ok(["get", "-r", "/tree", f.root + "/out"])
+            #expect([header, data, bigHeader].map(accessTime) == before, "get read store files with their access times updated")
+        }
+    }
+
     // MARK: Names
 
     /// Nothing under the store directory shows a name, a content or a

@@ -21,4 +21,9 @@ int locker_rename_noreplace(const char *from, const char *to);
 // not in the Glibc module. Returns 1 on success, 0 on error.
 int locker_limit_malloc_arenas(int count);
 
+// O_NOATIME, defined only under _GNU_SOURCE: open(2) then leaves the
+// file's access time alone. Refused (EPERM) unless the caller owns the
+// file or has CAP_FOWNER.
+int locker_o_noatime(void);
+
 #endif
