@@ -122,7 +122,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
         }
         live[k - liveStart].released = true
         let (_, offset, length, _) = live[k - liveStart]
-        window!.wipe(UnsafeMutableRawBufferPointer(rebasing: window!.bytes[offset..<offset + length]))
+        window!.wipe(offset..<offset + length)
         var popped = 0
         while popped < live.count, live[popped].released { popped += 1 }
         if popped > 0 {
@@ -164,16 +164,17 @@ public final class ReadAheadWindow: @unchecked Sendable {
     private func read() {
         while true {
             condition.lock()
-            var reservation: (item: Int, offset: Int)?
+            var reservation: (item: Int, offset: Int, capacity: Int)?
             while !stopped, nextReservation < order.count {
                 let item = order[nextReservation]
                 if abandoned.contains(item) {
                     nextReservation += 1
                     continue
                 }
-                if let offset = reserve(item, Int(items[item].expectedLength!) + 1) {
+                let capacity = Int(items[item].expectedLength!) + 1
+                if let offset = reserve(item, capacity) {
                     nextReservation += 1
-                    reservation = (item, offset)
+                    reservation = (item, offset, capacity)
                     // The next one may fit too.
                     condition.signal()
                     break
@@ -181,8 +182,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
                 condition.wait()
             }
             condition.unlock()
-            guard let (i, offset) = reservation else { return }
-            let capacity = Int(items[i].expectedLength!) + 1
+            guard let (i, offset, capacity) = reservation else { return }
             let region = UnsafeMutableRawBufferPointer(rebasing: window!.bytes[offset..<offset + capacity])
             let slot: Slot
             do {

@@ -164,15 +164,14 @@ public final class SensitiveBuffer: @unchecked Sendable {
     /// Zeroes the first `count` bytes (all of them by default), in a way
     /// the compiler cannot drop.
     public func wipe(upTo count: Int? = nil) {
-        let n = min(count ?? bytes.count, bytes.count)
-        if n > 0 { explicit_bzero(bytes.baseAddress!, n) }
+        wipe(0..<min(count ?? bytes.count, bytes.count))
     }
 
-    /// Zeroes `region`, a part of `bytes`, in a way the compiler cannot
+    /// Zeroes the bytes at offsets `range`, in a way the compiler cannot
     /// drop.
-    public func wipe(_ region: UnsafeMutableRawBufferPointer) {
-        precondition(region.isEmpty || (region.baseAddress! >= bytes.baseAddress! && region.baseAddress! + region.count <= bytes.baseAddress! + bytes.count))
-        if let base = region.baseAddress, region.count > 0 { explicit_bzero(base, region.count) }
+    public func wipe(_ range: Range<Int>) {
+        precondition(range.lowerBound >= 0 && range.upperBound <= bytes.count, "a wipe outside the buffer")
+        if !range.isEmpty { explicit_bzero(bytes.baseAddress! + range.lowerBound, range.count) }
     }
 
     deinit {
