@@ -1,4 +1,5 @@
 internal import Foundation
+internal import LockerIO
 public import LockerCrypto
 public import LockerDevice
 public import LockerFormat
@@ -149,7 +150,8 @@ public final class AgentClient: KeyService {
     }
 
     private static func pid(inFile path: String) -> Int32? {
-        guard let data = FileManager.default.contents(atPath: path),
+        // Read as every device file is (no access time written).
+        guard let data = try? FileSystem().readFile(path, limit: 64),
               let pid = Int32(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
               pid > 0
         else { return nil }

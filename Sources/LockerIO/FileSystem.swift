@@ -122,8 +122,12 @@ public struct FileSystem: Sendable {
     }
 
     /// The names in a directory, without `.` and `..`.
+    /// Like every read here, listing leaves the directory's access time
+    /// alone where the kernel allows (see ``openDirectoryForReading(_:)``).
     public func contentsOfDirectory(_ path: String) throws -> [String] {
-        try retrying("opendir", path) { syscalls.listDirectory(path) }.filter { $0 != "." && $0 != ".." }
+        let fd = try openDirectoryForReading(path)
+        defer { close(fd) }
+        return try retrying("readdir", path) { syscalls.listDirectory(fd) }.filter { $0 != "." && $0 != ".." }
     }
 
     /// Whether something exists at `path`. Any failure to look counts as
@@ -245,10 +249,22 @@ public struct FileSystem: Sendable {
     /// when. Where the flag is refused (a file the caller does not own),
     /// opens without it.
     public func openForReading(_ path: String) throws(IOError) -> Int32 {
+        try openForReading(path, extraFlags: 0)
+    }
+
+    /// Opens the directory `path` for listing, as ``openForReading(_:)``
+    /// opens a file, and returns the descriptor (ENOTDIR if it is not a
+    /// directory): listing it dirties no inode, and the disk keeps no
+    /// record of which directories were listed when.
+    public func openDirectoryForReading(_ path: String) throws(IOError) -> Int32 {
+        try openForReading(path, extraFlags: O_DIRECTORY)
+    }
+
+    private func openForReading(_ path: String, extraFlags: Int32) throws(IOError) -> Int32 {
         do {
-            return try open(path, O_RDONLY | O_CLOEXEC | Self.noAccessTime)
+            return try open(path, O_RDONLY | O_CLOEXEC | extraFlags | Self.noAccessTime)
         } catch where error.errno == EPERM {
-            return try open(path, O_RDONLY | O_CLOEXEC)
+            return try open(path, O_RDONLY | O_CLOEXEC | extraFlags)
         }
     }
 

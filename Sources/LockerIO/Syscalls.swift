@@ -33,9 +33,9 @@ public struct Syscalls: Sendable {
     public var mkdir: @Sendable (_ path: String, _ mode: UInt32) -> Int32
     public var rmdir: @Sendable (_ path: String) -> Int32
     public var chmod: @Sendable (_ path: String, _ mode: UInt32) -> Int32
-    /// opendir, readdir until the end, closedir: the names, with `.` and
-    /// `..`.
-    public var listDirectory: @Sendable (_ path: String) -> [String]?
+    /// readdir(3) of the open directory `fd` from its start to its end:
+    /// the names, with `.` and `..`. `fd` stays open.
+    public var listDirectory: @Sendable (_ fd: Int32) -> [String]?
 
     /// The kernel's calls.
     public static let system = Syscalls(
@@ -61,8 +61,20 @@ public struct Syscalls: Sendable {
         mkdir: { Glibc.mkdir($0, mode_t($1)) },
         rmdir: { Glibc.rmdir($0) },
         chmod: { Glibc.chmod($0, mode_t($1)) },
-        listDirectory: { path in
-            guard let dir = opendir(path) else { return nil }
+        listDirectory: { fd in
+            // fdopendir takes over the descriptor it is given, and closedir
+            // closes it: the stream gets a duplicate, and the caller's stays
+            // open. The duplicate shares the offset, so a retried listing
+            // rewinds.
+            let copy = dup(fd)
+            guard copy >= 0 else { return nil }
+            guard let dir = fdopendir(copy) else {
+                let error = errno
+                Glibc.close(copy)
+                errno = error
+                return nil
+            }
+            rewinddir(dir)
             var names: [String] = []
             while true {
                 errno = 0

@@ -334,9 +334,20 @@ func localEntryNamesIfPresent(of local: String) throws -> [String]? {
 /// Calls `body` with each entry's name and readdir(3) type. A directory
 /// that cannot be read is one error line (66 if it does not exist).
 private func readLocalDirectory(_ local: String, _ body: (String, UInt8) -> Void) throws {
-    guard let stream = opendir(local) else {
-        throw CommandFailure(errno == ENOENT ? .notFound : .failure, "cannot read \(local): \(String(cString: strerror(errno)))")
+    // Opened as store directories are: `put -r` does not mark the user's
+    // directories as read.
+    let fd: Int32
+    do {
+        fd = try FileSystem().openDirectoryForReading(local)
+    } catch {
+        throw CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(local): \(String(cString: strerror(error.errno)))")
     }
+    guard let stream = fdopendir(fd) else {
+        let message = String(cString: strerror(errno))
+        close(fd)
+        throw CommandFailure(.failure, "cannot read \(local): \(message)")
+    }
+    // closedir closes `fd` too.
     defer { closedir(stream) }
     while let entry = readdir(stream) {
         let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }

@@ -251,11 +251,12 @@ struct StoreCLITests {
         }
     }
 
-    /// `put`, `put -r` and `get` leave access times alone: of the local
-    /// files they store, and of the store's header and data files they
-    /// read. Each file's access time is first set an hour before its
-    /// modification, which a read would update (relatime); a plain read of
-    /// one shows that it does here.
+    /// `put`, `put -r`, `get` and `ls` leave access times alone: of the
+    /// local files and directories they store, and of the store's header
+    /// and data files and directories they read. Each access time is first
+    /// set an hour before the modification, which a read or listing would
+    /// update (relatime); a plain read of a file and a plain listing of a
+    /// directory show that they do here.
     @Test func storingAndFetchingLeaveAccessTimesAlone() throws {
         try withStoreFixture { f in
             try f.initialize()
@@ -278,20 +279,37 @@ struct StoreCLITests {
             let local = try f.localFile(Data("a local file".utf8))
             let localAged = try aged(local)
             try f.ok(["put", local, "/one"])
-            try FileManager.default.createDirectory(atPath: f.root + "/tree", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: f.root + "/listed", withIntermediateDirectories: true)
+            let listedAged = try aged(f.root + "/listed")
+            _ = try FileManager.default.contentsOfDirectory(atPath: f.root + "/listed")
+            try #require(accessTime(f.root + "/listed") != listedAged, "this file system does not update access times on listing")
+
+            try FileManager.default.createDirectory(atPath: f.root + "/tree/sub", withIntermediateDirectories: true)
             let treeFile = try f.localFile(Data("in a tree".utf8), name: "tree/t")
-            let treeAged = try aged(treeFile)
+            _ = try f.localFile(Data("deeper".utf8), name: "tree/sub/u")
+            let treeAged = try [treeFile, f.root + "/tree", f.root + "/tree/sub"].map { try aged($0) }
             try f.ok(["put", "-r", f.root + "/tree", "/tree"])
             #expect(accessTime(local) == localAged, "put read \(local) with its access time updated")
-            #expect(accessTime(treeFile) == treeAged, "put -r read \(treeFile) with its access time updated")
+            #expect([treeFile, f.root + "/tree", f.root + "/tree/sub"].map(accessTime) == treeAged,
+                    "put -r read \(treeFile) or listed its directories with their access times updated")
 
             let header = try f.putInline("/small", Data("small".utf8))
             let (data, bigHeader) = try f.putTracked("/big", sampleBytes("big", size: 300_000))
             let before = try [header, data, bigHeader].map { try aged($0) }
+            var storeDirectories: [String] = []
+            let walk = FileManager.default.enumerator(atPath: f.store)!
+            while let name = walk.nextObject() as? String {
+                if walk.fileAttributes?[.type] as? FileAttributeType == .typeDirectory { storeDirectories.append(f.store + "/" + name) }
+            }
+            try #require(storeDirectories.count >= 3, "\(storeDirectories)")
+            let directoriesBefore = try storeDirectories.map { try aged($0) }
             #expect(try f.raw(["get", "/small"]).stdout == Data("small".utf8))
             #expect(try f.raw(["get", "/big"]).status == 0)
             try f.ok(["get", "-r", "/tree", f.root + "/out"])
+            #expect(try f.ok(["ls", "/tree"]).stdout.contains("sub"))
+            #expect(FileManager.default.contents(atPath: f.root + "/out/sub/u") == Data("deeper".utf8))
             #expect([header, data, bigHeader].map(accessTime) == before, "get read store files with their access times updated")
+            #expect(storeDirectories.map(accessTime) == directoriesBefore, "get -r or ls listed store directories with their access times updated")
         }
     }
 

@@ -159,7 +159,7 @@ final class FaultyFileSystem: Sendable {
         s.mkdir = { path, mode in self.perform("mkdir", failed: -1) { real.mkdir(path, mode) } }
         s.rmdir = { path in self.perform("rmdir", failed: -1) { real.rmdir(path) } }
         s.chmod = { path, mode in self.perform("chmod", failed: -1) { real.chmod(path, mode) } }
-        s.listDirectory = { path in self.perform("listDirectory", failed: nil) { real.listDirectory(path) } }
+        s.listDirectory = { fd in self.perform("listDirectory", failed: nil) { real.listDirectory(fd) } }
         return s
     }
 }

@@ -23,6 +23,25 @@ import Glibc
         return lstat(path, &st) == 0 ? st.st_atim.tv_sec : -1
     }
 
+    /// Runs `body` with a file system whose first `open` fails with EPERM
+    /// (as opening a file the caller does not own with O_NOATIME does), and
+    /// returns the flags of every `open` it made.
+    static func withFirstOpenRefused(_ body: (FileSystem) throws -> Void) throws -> [Int32] {
+        let flags = Mutex<[Int32]>([])
+        var syscalls = Syscalls.system
+        let open = syscalls.open
+        syscalls.open = { path, flag, mode in
+            let first = flags.withLock { $0.append(flag); return $0.count == 1 }
+            if first {
+                errno = EPERM
+                return -1
+            }
+            return open(path, flag, mode)
+        }
+        try body(FileSystem(syscalls: syscalls))
+        return flags.withLock { $0 }
+    }
+
     /// Store and device files are read without updating their access
     /// time (a plain read of the same file does update it here, so the
     /// check can fail); where the kernel refuses that (EPERM: a file the
@@ -45,20 +64,60 @@ import Glibc
         file.close()
         #expect(Self.accessTime(root + "/f") == old)
 
-        let flags = Mutex<[Int32]>([])
-        var syscalls = Syscalls.system
-        let open = syscalls.open
-        syscalls.open = { path, flag, mode in
-            let first = flags.withLock { $0.append(flag); return $0.count == 1 }
-            if first {
-                errno = EPERM
-                return -1
-            }
-            return open(path, flag, mode)
+        let seen = try Self.withFirstOpenRefused { (fs: FileSystem) throws in
+            #expect(try fs.readFile(root + "/f") == Array("abc".utf8))
         }
-        #expect(try FileSystem(syscalls: syscalls).readFile(root + "/f") == Array("abc".utf8))
-        let seen = flags.withLock { $0 }
         #expect(seen.count == 2 && seen[0] != seen[1] && seen[0] & seen[1] == seen[1], "open flags: \(seen)")
+    }
+
+    /// Listing a store directory leaves its access time alone too (a plain
+    /// listing of the same directory does update it here, so the check can
+    /// fail), with the same fallback where the kernel refuses the flag.
+    @Test func listingLeavesTheAccessTimeAlone() throws {
+        let root = NSTemporaryDirectory() + "lkfs-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: root + "/control", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: root + "/d", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let fs = FileSystem()
+        for name in ["control/x", "d/a", "d/b"] { try fs.writeNewFile(root + "/" + name, Array("abc".utf8)) }
+
+        let aged = try Self.ageAccessTime(root + "/control")
+        _ = try FileManager.default.contentsOfDirectory(atPath: root + "/control")
+        try #require(Self.accessTime(root + "/control") != aged, "this file system does not update access times on listing")
+
+        let old = try Self.ageAccessTime(root + "/d")
+        #expect(try fs.contentsOfDirectory(root + "/d").sorted() == ["a", "b"])
+        #expect(Self.accessTime(root + "/d") == old)
+
+        let seen = try Self.withFirstOpenRefused { (fs: FileSystem) throws in
+            #expect(try fs.contentsOfDirectory(root + "/d").sorted() == ["a", "b"])
+        }
+        #expect(seen.count == 2 && seen[0] != seen[1] && seen[0] & seen[1] == seen[1], "open flags: \(seen)")
+        #expect(throws: IOError.self) { try fs.contentsOfDirectory(root + "/d/a") }
+    }
+
+    /// A listing interrupted after it has read the directory starts over
+    /// from its first entry: the names come back whole, once each.
+    @Test func anInterruptedListingStartsOver() throws {
+        let root = NSTemporaryDirectory() + "lkfs-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let names = (0..<300).map { "entry-\($0)" }
+        for name in names { try FileSystem().writeNewFile(root + "/" + name, []) }
+        let calls = Mutex(0)
+        var syscalls = Syscalls.system
+        let list = syscalls.listDirectory
+        syscalls.listDirectory = { fd in
+            let result = list(fd)
+            if calls.withLock({ $0 += 1; return $0 == 1 }) {
+                errno = EINTR
+                return nil
+            }
+            return result
+        }
+        let listed = try FileSystem(syscalls: syscalls).contentsOfDirectory(root)
+        #expect(calls.withLock { $0 } == 2)
+        #expect(listed.sorted() == names.sorted())
     }
 
     /// `renameIfAbsent` moves the file only onto a free name, with
