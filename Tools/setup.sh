@@ -14,6 +14,7 @@ packages=(
   python3-cryptography
   python3-lz4
   util-linux   # setpriv, to run a client as another uid in the agent tests
+  util-linux-extra  # fincore, to see that a large fetch bypassed the page cache
   perl-base    # the agent test's socket probe (essential on Debian; listed to be explicit)
 )
 

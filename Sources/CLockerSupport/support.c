@@ -25,3 +25,7 @@ int locker_limit_malloc_arenas(int count) {
 int locker_o_noatime(void) {
     return O_NOATIME;
 }
+
+int locker_o_direct(void) {
+    return O_DIRECT;
+}

@@ -270,6 +270,22 @@ public struct FileSystem: Sendable {
 
     static let noAccessTime = locker_o_noatime()
 
+    /// Opens the existing file `path` a second time, for writes that go
+    /// from memory to the disk past the page cache (`O_DIRECT`), and
+    /// returns the descriptor; nil where the file system refuses. A write
+    /// through it must be of whole ``directAlignment`` blocks, at an
+    /// offset and from memory aligned to it; a file system that needs
+    /// more fails it with EINVAL.
+    func openForDirectWriting(_ path: String) -> Int32? {
+        try? open(path, O_WRONLY | O_CLOEXEC | Self.direct)
+    }
+
+    /// The alignment of writes through ``openForDirectWriting(_:)``: the
+    /// page size, which every block size up to it divides.
+    static let directAlignment = 4096
+
+    static let direct = locker_o_direct()
+
     /// Never retried: after close returns, even with EINTR or EIO, the
     /// descriptor is gone and may already name another file.
     func close(_ fd: Int32) {
@@ -286,6 +302,20 @@ public struct FileSystem: Sendable {
 
     func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws(IOError) -> Int {
         try retrying("write", path) { syscalls.write(fd, bytes) }
+    }
+
+    /// Writes all of `bytes` at `offset`, continuing after short writes.
+    func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: UInt64, path: String) throws(IOError) {
+        var done = 0
+        while done < bytes.count {
+            let n = try pwrite(fd, UnsafeRawBufferPointer(rebasing: bytes[done...]), at: offset + UInt64(done), path: path)
+            guard n > 0 else { throw IOError("write", path: path, errno: EIO) }
+            done += n
+        }
+    }
+
+    func pwrite(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: UInt64, path: String) throws(IOError) -> Int {
+        try retrying("write", path) { syscalls.pwrite(fd, bytes, Int64(offset)) }
     }
 
     /// Writes all of `bytes`, continuing after short writes.

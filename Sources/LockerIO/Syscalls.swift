@@ -20,6 +20,7 @@ public struct Syscalls: Sendable {
     public var read: @Sendable (_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer) -> Int
     public var pread: @Sendable (_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer, _ offset: Int64) -> Int
     public var write: @Sendable (_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int
+    public var pwrite: @Sendable (_ fd: Int32, _ bytes: UnsafeRawBufferPointer, _ offset: Int64) -> Int
     public var fsync: @Sendable (_ fd: Int32) -> Int32
     /// syncfs(2): everything written to the file system holding `fd`.
     public var syncfs: @Sendable (_ fd: Int32) -> Int32
@@ -44,6 +45,7 @@ public struct Syscalls: Sendable {
         read: { Glibc.read($0, $1.baseAddress, $1.count) },
         pread: { Glibc.pread($0, $1.baseAddress, $1.count, off_t($2)) },
         write: { Glibc.write($0, $1.baseAddress, $1.count) },
+        pwrite: { Glibc.pwrite($0, $1.baseAddress, $1.count, off_t($2)) },
         fsync: { Glibc.fsync($0) },
         syncfs: { locker_syncfs($0) },
         flock: { lockFile($0, $1) },

@@ -501,11 +501,14 @@ struct Get: ParsableCommand {
         let progress = Progress(total: wanted.map { $0.upperBound - $0.lowerBound } ?? info.size)
         defer { progress.finish() }
         let output = target
-        try writeLocalFile(output) { fd in
+        let size = wanted.map { $0.upperBound - $0.lowerBound } ?? info.size
+        try writeLocalFile(output) { fd, file in
             // Chunks are written where they belong, from every core: one
-            // thread writing fresh page-cache pages is what limits a fetch.
+            // thread writing fresh page-cache pages is what limits a fetch
+            // (and a large one's go past the page cache).
+            let out = OutputFile(fd: fd, path: file, size: size)
             try store.read(source, range: wanted) { offset, bytes in
-                try writeAll(fd, bytes, at: offset, path: output)
+                try out.write(bytes, at: offset, name: output)
                 progress.add(UInt64(bytes.count))
             }
         }
@@ -661,7 +664,8 @@ struct Get: ParsableCommand {
             shared.slots[i].written = (temporary, target)
             defer { Foundation.close(fd) }
             do {
-                try shared.store.read(object) { try writeAll(fd, $0, path: target) }
+                let out = OutputFile(fd: fd, path: temporary, size: object.size)
+                try out.writeInOrder(name: target) { try shared.store.read(object, into: $0) }
             } catch {
                 shared.slots[i].error = error
             }
@@ -853,14 +857,15 @@ func syncFileSystem(_ directory: String) -> Bool {
 }
 
 /// Writes a local file atomically: a temporary file beside it, fsync,
-/// rename, fsync of the directory. Nothing is left if `body` throws.
-func writeLocalFile(_ path: String, mode: mode_t = 0o600, _ body: (Int32) throws -> Void) throws {
+/// rename, fsync of the directory. `body` writes into `fd`, open on the
+/// file at `temporary`. Nothing is left if `body` throws.
+func writeLocalFile(_ path: String, mode: mode_t = 0o600, _ body: (_ fd: Int32, _ temporary: String) throws -> Void) throws {
     let directory = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
     let temporary = directory + "/.locker-" + UUID().uuidString + ".tmp"
     let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
     guard fd >= 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
     do {
-        try body(fd)
+        try body(fd, temporary)
         guard fsync(fd) == 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
         Foundation.close(fd)
         guard rename(temporary, path) == 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
@@ -876,17 +881,24 @@ func writeLocalFile(_ path: String, mode: mode_t = 0o600, _ body: (Int32) throws
     }
 }
 
-/// Writes all of `bytes` at `offset` (pwrite(2)); safe from several
-/// threads on one descriptor.
-func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: UInt64, path: String) throws {
-    var done = 0
-    while done < bytes.count {
-        let n = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
-        if n < 0 {
-            if errno == EINTR { continue }
-            throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))")
+extension OutputFile {
+    /// ``write(_:at:)``, failing with a message that names `name`.
+    func write(_ bytes: UnsafeRawBufferPointer, at offset: UInt64, name: String) throws {
+        do {
+            try write(bytes, at: offset)
+        } catch {
+            throw CommandFailure(.failure, "cannot write \(name): \(String(cString: strerror(error.errno)))")
         }
-        done += n
+    }
+
+    /// Writes the bytes `read` hands over, one after another from the
+    /// file's start; a failed write names `name`.
+    func writeInOrder(name: String, _ read: (_ sink: (UnsafeRawBufferPointer) throws -> Void) throws -> Void) throws {
+        var offset: UInt64 = 0
+        try read { bytes in
+            try write(bytes, at: offset, name: name)
+            offset += UInt64(bytes.count)
+        }
     }
 }
 
@@ -1259,7 +1271,9 @@ struct Export: ParsableCommand {
                               protectionSource: info.protectionSource.description, size: info.size, exported: false,
                               skipped: nil, created: time(info.created), modified: time(info.modified))
             do {
-                try writeLocalFile(local) { fd in try store.read(path) { try writeAll(fd, $0, path: local) } }
+                try writeLocalFile(local) { fd, file in
+                    try OutputFile(fd: fd, path: file, size: info.size).writeInOrder(name: local) { try store.read(path, into: $0) }
+                }
                 entry.exported = true
             } catch DeviceError.protectedDataUnavailable {
                 entry.skipped = "locked: \(info.protectionClass.canonicalName) is unavailable in this state"
@@ -1271,7 +1285,7 @@ struct Export: ParsableCommand {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         let manifest = try encoder.encode(["objects": entries])
-        try writeLocalFile(destination + "/manifest.json", mode: 0o600) { fd in
+        try writeLocalFile(destination + "/manifest.json", mode: 0o600) { fd, _ in
             try manifest.withUnsafeBytes { try writeAll(fd, $0, path: "manifest.json") }
         }
         let skipped = entries.filter { !$0.exported }

@@ -137,6 +137,17 @@ final class FaultyFileSystem: Sendable {
         }
         s.read = { fd, buffer in self.perform("read", failed: -1) { real.read(fd, buffer) } }
         s.pread = { fd, buffer, offset in self.perform("pread", failed: -1) { real.pread(fd, buffer, offset) } }
+        s.pwrite = { fd, bytes, offset in
+            switch self.next("pwrite") {
+            case .pass:
+                return real.pwrite(fd, bytes, offset)
+            case .fail(let e):
+                errno = e
+                return -1
+            case .shorten:
+                return real.pwrite(fd, UnsafeRawBufferPointer(rebasing: bytes.prefix(max(1, bytes.count / 2))), offset)
+            }
+        }
         s.write = { fd, bytes in
             switch self.next("write") {
             case .pass:

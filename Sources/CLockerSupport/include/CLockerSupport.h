@@ -26,4 +26,9 @@ int locker_limit_malloc_arenas(int count);
 // file or has CAP_FOWNER.
 int locker_o_noatime(void);
 
+// O_DIRECT, also defined only under _GNU_SOURCE: reads and writes go
+// between the caller's memory and the disk, past the page cache. Offsets,
+// lengths and memory must be aligned to the file system's block size.
+int locker_o_direct(void);
+
 #endif

@@ -1,0 +1,194 @@
+import Foundation
+import LockerIO
+import Synchronization
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Which pages of the file at `path` are in the page cache, one Bool per
+/// page (mincore(2) of a shared read-only mapping).
+func pagesInCache(_ path: String) throws -> [Bool] {
+    let fd = open(path, O_RDONLY)
+    try #require(fd >= 0)
+    defer { close(fd) }
+    var st = stat()
+    try #require(fstat(fd, &st) == 0)
+    let size = Int(st.st_size)
+    if size == 0 { return [] }
+    let map = mmap(nil, size, PROT_READ, MAP_SHARED, fd, 0)
+    try #require(map != MAP_FAILED)
+    defer { munmap(map, size) }
+    let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+    var vector = [UInt8](repeating: 0, count: (size + page - 1) / page)
+    try #require(mincore(map, size, &vector) == 0)
+    return vector.map { $0 & 1 == 1 }
+}
+
+@Suite struct OutputFileTests {
+    static let page = 4096
+
+    /// A new file in a directory of its own, and a descriptor open for
+    /// writing it.
+    static func newFile() throws -> (root: String, path: String, fd: Int32) {
+        let root = NSTemporaryDirectory() + "lkout-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let path = root + "/out"
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        try #require(fd >= 0)
+        return (root, path, fd)
+    }
+
+    /// `count` bytes of a pattern that differs per page, in page-aligned
+    /// memory (as the store's chunk buffers are).
+    static func alignedPattern(_ count: Int, seed: UInt8) -> UnsafeMutableRawBufferPointer {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(count, 1), alignment: page)
+        for i in 0..<count { buffer[i] = UInt8(truncatingIfNeeded: i / 7) &+ UInt8(truncatingIfNeeded: i / page) &+ seed }
+        return UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count])
+    }
+
+    /// Writes `length` bytes in chunks of `chunk` from two threads, the
+    /// chunks out of order, and returns what was written.
+    static func writeChunks(_ out: OutputFile, length: Int, chunk: Int) throws -> Data {
+        let chunks = (length + chunk - 1) / chunk
+        let buffers = (0..<chunks).map { alignedPattern(min(chunk, length - $0 * chunk), seed: UInt8($0 & 0xff)) }
+        defer { for b in buffers { b.deallocate() } }
+        let failures = Mutex<[any Error]>([])
+        // Read only, and deallocated after both threads are done.
+        nonisolated(unsafe) let shared = buffers
+        DispatchQueue.concurrentPerform(iterations: 2) { worker in
+            for i in stride(from: chunks - 1 - worker, through: 0, by: -2) {
+                do { try out.write(UnsafeRawBufferPointer(shared[i]), at: UInt64(i * chunk)) }
+                catch { failures.withLock { $0.append(error) } }
+            }
+        }
+        let errors = failures.withLock { $0 }
+        try #require(errors.isEmpty, "\(errors)")
+        var expected = Data()
+        for b in buffers { expected.append(contentsOf: UnsafeRawBufferPointer(b)) }
+        return expected
+    }
+
+    /// Whether this file system takes O_DIRECT writes of aligned pages.
+    static func fileSystemTakesDirectWrites() throws -> Bool {
+        let (root, path, fd) = try newFile()
+        defer { close(fd); try? FileManager.default.removeItem(atPath: root) }
+        let out = OutputFile(fd: fd, path: path, size: OutputFile.directMinimum)
+        let buffer = alignedPattern(page, seed: 1)
+        defer { buffer.deallocate() }
+        try out.write(UnsafeRawBufferPointer(buffer), at: 0)
+        return out.writesPastThePageCache
+    }
+
+    /// A large file written chunk by chunk, from two threads and out of
+    /// order, reads back whole; every page but its last, partial one went
+    /// past the page cache (the last chunk's whole pages too). A small
+    /// file's pages are all in it (so the check can fail here).
+    @Test func largeFilesGoPastThePageCache() throws {
+        try #require(try Self.fileSystemTakesDirectWrites(), "this file system does not take O_DIRECT writes")
+        let chunk = 300 << 10
+        let length = Int(OutputFile.directMinimum) + 3 * chunk + 1000
+        let (root, path, fd) = try Self.newFile()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let out = OutputFile(fd: fd, path: path, size: UInt64(length))
+        let expected = try Self.writeChunks(out, length: length, chunk: chunk)
+        #expect(out.writesPastThePageCache)
+        #expect(fsync(fd) == 0)
+        close(fd)
+        let cached = try pagesInCache(path)
+        #expect(cached.count == (length + Self.page - 1) / Self.page)
+        #expect(cached.dropLast().allSatisfy { !$0 }, "\(cached.filter { $0 }.count) of \(cached.count) pages cached")
+        #expect(FileManager.default.contents(atPath: path) == expected)
+
+        let (smallRoot, smallPath, smallFD) = try Self.newFile()
+        defer { try? FileManager.default.removeItem(atPath: smallRoot) }
+        let small = OutputFile(fd: smallFD, path: smallPath, size: OutputFile.directMinimum - 1)
+        let smallExpected = try Self.writeChunks(small, length: Int(OutputFile.directMinimum) - 1, chunk: chunk)
+        close(smallFD)
+        #expect(!small.writesPastThePageCache)
+        #expect(try pagesInCache(smallPath).allSatisfy { $0 })
+        #expect(FileManager.default.contents(atPath: smallPath) == smallExpected)
+    }
+
+    /// The file system refusing the direct open (EINVAL), refusing a
+    /// direct write (EINVAL: an alignment it does not take), or writing
+    /// short: the file still comes out whole, the rest through the page
+    /// cache. After a refused write, no other write is tried directly.
+    @Test(arguments: ["open refused", "write refused", "short write"])
+    func fallsBackToThePageCache(_ fault: String) throws {
+        let directFD = Mutex<Int32?>(nil)
+        let directWrites = Mutex(0)
+        var syscalls = Syscalls.system
+        let open = syscalls.open
+        let pwrite = syscalls.pwrite
+        syscalls.open = { path, flags, mode in
+            // The only open an OutputFile makes is the direct one.
+            if fault == "open refused" {
+                errno = EINVAL
+                return -1
+            }
+            let fd = open(path, flags, mode)
+            directFD.withLock { $0 = fd }
+            return fd
+        }
+        syscalls.pwrite = { fd, bytes, offset in
+            guard fd == directFD.withLock({ $0 }) else { return pwrite(fd, bytes, offset) }
+            let n = directWrites.withLock { $0 += 1; return $0 }
+            if fault == "write refused" {
+                errno = EINVAL
+                return -1
+            }
+            if fault == "short write" && n == 2 {
+                return pwrite(fd, UnsafeRawBufferPointer(rebasing: bytes.prefix(bytes.count / 2)), offset)
+            }
+            return pwrite(fd, bytes, offset)
+        }
+        let chunk = 256 << 10
+        let length = Int(OutputFile.directMinimum) + 1000
+        let (root, path, fd) = try Self.newFile()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let out = OutputFile(fd: fd, path: path, size: UInt64(length), fileSystem: FileSystem(syscalls: syscalls))
+        let expected = try Self.writeChunks(out, length: length, chunk: chunk)
+        close(fd)
+        #expect(FileManager.default.contents(atPath: path) == expected)
+        let tried = directWrites.withLock { $0 }
+        switch fault {
+        case "open refused":
+            #expect(!out.writesPastThePageCache && tried == 0)
+        case "write refused":
+            // Both threads may have tried one write before either saw the
+            // refusal.
+            #expect(!out.writesPastThePageCache && (1...2).contains(tried), "\(tried) direct writes")
+        default:
+            #expect(out.writesPastThePageCache && tried == length / chunk, "\(tried) direct writes")
+        }
+    }
+
+    /// Any other failure of a direct write is the write's failure.
+    @Test func otherDirectWriteFailuresAreReported() throws {
+        var syscalls = Syscalls.system
+        let open = syscalls.open
+        let directFD = Mutex<Int32?>(nil)
+        syscalls.open = { path, flags, mode in
+            let fd = open(path, flags, mode)
+            directFD.withLock { $0 = fd }
+            return fd
+        }
+        let pwrite = syscalls.pwrite
+        syscalls.pwrite = { fd, bytes, offset in
+            guard fd == directFD.withLock({ $0 }) else { return pwrite(fd, bytes, offset) }
+            errno = ENOSPC
+            return -1
+        }
+        let (root, path, fd) = try Self.newFile()
+        defer { close(fd); try? FileManager.default.removeItem(atPath: root) }
+        let out = OutputFile(fd: fd, path: path, size: OutputFile.directMinimum, fileSystem: FileSystem(syscalls: syscalls))
+        let buffer = Self.alignedPattern(Self.page, seed: 2)
+        defer { buffer.deallocate() }
+        #expect(throws: IOError("write", path: path, errno: ENOSPC)) { try out.write(UnsafeRawBufferPointer(buffer), at: 0) }
+        // Unaligned memory never goes direct, so it is written.
+        let unaligned = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(buffer)[1...])
+        try out.write(unaligned, at: 0)
+        #expect(FileManager.default.contents(atPath: path) == Data(unaligned))
+    }
+}
