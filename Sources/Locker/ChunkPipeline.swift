@@ -212,10 +212,13 @@ final class ObjectWriter {
         // write that last used it, so batch k+1 is sealed while batch k is
         // written.
         let pending = [DispatchGroup(), DispatchGroup()]
+        var writeState: WriteState?
+        // Once the writes are done: the queue may release its last job,
+        // and the state with it, only after this returns.
+        defer { writeState?.close() }
         // On every exit, a thrown error included: no queued write may
         // outlive the buffers it reads.
         defer { pending.forEach { $0.wait() } }
-        var writeState: WriteState?
         // Sealed early when the whole object is one batch, to see whether
         // it fits inline.
         var sealedIndex: [UInt8]?
@@ -285,7 +288,9 @@ final class ObjectWriter {
                 writeState = state
                 state.write(job)
             } else {
-                if writeState == nil { writeState = WriteState(file: try file()) }
+                // More than one batch: large enough to write past the
+                // page cache.
+                if writeState == nil { writeState = WriteState(file: try file(), direct: true) }
                 let state = writeState!
                 let queue = writes ?? DispatchQueue(label: "locker.object-writer")
                 writes = queue
@@ -306,7 +311,12 @@ final class ObjectWriter {
         if let error = writeState?.error { throw error }
         let file = try file()
         let index = try sealedIndex ?? sealers[0].sealIndex(lengths)
-        try index.withUnsafeBytes { try file.write($0) }
+        if let writeState {
+            writeState.write(WriteJob(records: []), then: index)
+            if let error = writeState.error { throw error }
+        } else {
+            try index.withUnsafeBytes { try file.write($0) }
+        }
         dataLength += UInt64(index.count)
         if sync { try file.sync() }
         return (Result(plaintextLength: total, dataLength: dataLength), nil, file)
@@ -345,21 +355,83 @@ struct WriteJob: @unchecked Sendable {
 }
 
 /// The data file as the write queue sees it, and the first write error.
+///
+/// A large object's records are gathered in a page-aligned buffer and
+/// written a megabyte at a time past the page cache (``OutputFile``):
+/// written through the page cache, every 4 KiB of a large put needed a
+/// new page-cache page, which the data file's fsync then wrote out anyway.
 final class WriteState: @unchecked Sendable {
     private let file: DataFile
     private let lock = NSLock()
     private var firstError: (any Error)?
+    // Used by one thread at a time (the write queue, then the caller once
+    // the queue is drained).
+    private let output: OutputFile?
+    private var staging: SensitiveBuffer?
+    private var staged = 0
+    private var offset: UInt64 = 0
 
-    init(file: DataFile) { self.file = file }
+    /// The size of the writes past the page cache.
+    static let stagingBytes = 1 << 20
+
+    init(file: DataFile, direct: Bool = false) {
+        self.file = file
+        output = direct ? file.writingPastThePageCache() : nil
+    }
+
+    deinit { close() }
+
+    /// Closes the direct writes' descriptor and gives the buffer back.
+    /// Called once no write is under way.
+    func close() {
+        output?.close()
+        if let staging { BufferPool.shared.give(staging, used: 0) }
+        staging = nil
+    }
 
     var error: (any Error)? { lock.withLock { firstError } }
 
-    func write(_ job: WriteJob) {
+    /// Writes the records of `job`, then `last` if given, and everything
+    /// still gathered: the data file is then whole.
+    func write(_ job: WriteJob, then last: [UInt8]? = nil) {
         guard error == nil else { return }
         do {
-            for record in job.records { try file.write(record) }
+            guard let output else {
+                for record in job.records { try file.write(record) }
+                try last?.withUnsafeBytes { try file.write($0) }
+                return
+            }
+            for record in job.records { try gather(record, into: output) }
+            if let last {
+                try last.withUnsafeBytes { try gather($0, into: output) }
+                if let staging, staged > 0 {
+                    try output.write(UnsafeRawBufferPointer(rebasing: staging.bytes[..<staged]), at: offset)
+                    offset += UInt64(staged)
+                    staged = 0
+                }
+            }
         } catch {
             lock.withLock { firstError = firstError ?? error }
+        }
+    }
+
+    private func gather(_ bytes: UnsafeRawBufferPointer, into output: OutputFile) throws {
+        // Ciphertext only: the pool's wipe on return is not needed, and
+        // the buffer is reused rather than new memory for every object.
+        let buffer = staging ?? BufferPool.shared.take(Self.stagingBytes)
+        staging = buffer
+        var done = 0
+        while done < bytes.count {
+            let n = min(bytes.count - done, buffer.bytes.count - staged)
+            UnsafeMutableRawBufferPointer(rebasing: buffer.bytes[staged..<staged + n])
+                .copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[done..<done + n]))
+            staged += n
+            done += n
+            if staged == buffer.bytes.count {
+                try output.write(UnsafeRawBufferPointer(buffer.bytes), at: offset)
+                offset += UInt64(staged)
+                staged = 0
+            }
         }
     }
 }

@@ -55,6 +55,14 @@ public final class DataFile {
         try fileSystem.writeAll(fd, bytes, path: path)
     }
 
+    /// An ``OutputFile`` on this file, for writes at offsets whose whole
+    /// pages go past the page cache. Writes through it do not move the
+    /// offset ``write(_:)`` appends at, so a file is written one way or
+    /// the other.
+    public func writingPastThePageCache() -> OutputFile {
+        OutputFile(fd: fd, path: path, size: .max, fileSystem: fileSystem)
+    }
+
     /// Reads exactly `buffer.count` bytes at `offset`. A file that ends
     /// first is ``IOError`` with ENODATA.
     public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) throws {

@@ -27,7 +27,8 @@ public final class OutputFile: Sendable {
     private let fd: Int32
     private let path: String
     private let fileSystem: FileSystem
-    private let directFD: Int32?
+    /// -1 once closed, or when the file system refused.
+    private let directFD: Atomic<Int32>
     private let directWorks: Atomic<Bool>
 
     /// Writes into `fd`, open for writing the file at `path` (which is
@@ -37,12 +38,19 @@ public final class OutputFile: Sendable {
         self.fd = fd
         self.path = path
         self.fileSystem = fileSystem
-        directFD = size >= Self.directMinimum ? fileSystem.openForDirectWriting(path) : nil
-        directWorks = Atomic(directFD != nil)
+        let fd = size >= Self.directMinimum ? fileSystem.openForDirectWriting(path) : nil
+        directFD = Atomic(fd ?? -1)
+        directWorks = Atomic(fd != nil)
     }
 
-    deinit {
-        if let directFD { fileSystem.close(directFD) }
+    deinit { close() }
+
+    /// Closes the descriptor of the direct writes (`fd` stays open); a
+    /// later write goes through the page cache. Call it when no write is
+    /// under way.
+    public func close() {
+        let fd = directFD.exchange(-1, ordering: .relaxed)
+        if fd >= 0 { fileSystem.close(fd) }
     }
 
     /// Whether aligned writes still go past the page cache.
@@ -52,7 +60,8 @@ public final class OutputFile: Sendable {
     public func write(_ bytes: UnsafeRawBufferPointer, at offset: UInt64) throws(IOError) {
         var done = 0
         let pages = Self.alignedPrefix(bytes, at: offset)
-        if let directFD, pages > 0, directWorks.load(ordering: .relaxed) {
+        let directFD = directFD.load(ordering: .relaxed)
+        if directFD >= 0, pages > 0, directWorks.load(ordering: .relaxed) {
             do {
                 // What a short write leaves goes through the page cache
                 // below, as does the part of a last page.

@@ -1,4 +1,8 @@
 import Foundation
+import Locker
+import LockerCrypto
+import LockerDevice
+import LockerFormat
 import LockerIO
 import Synchronization
 import Testing
@@ -162,6 +166,53 @@ func pagesInCache(_ path: String) throws -> [Bool] {
         default:
             #expect(out.writesPastThePageCache && tried == length / chunk, "\(tried) direct writes")
         }
+    }
+
+    /// A put of an object larger than one batch of chunks writes its data
+    /// file past the page cache (all but its last, partial page), and it
+    /// reads back; the data file of an object of one batch is written
+    /// through the page cache, so the check can fail here.
+    @Test func largePutsGoPastThePageCache() throws {
+        try #require(try Self.fileSystemTakesDirectWrites(), "this file system does not take O_DIRECT writes")
+        let root = NSTemporaryDirectory() + "lkput-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
+                                           options: .init(passcodeCost: .fixed(logN: 10)))
+        // Batches of four 16 KiB chunks: 64 KiB.
+        let store = try Store(path: root + "/s", keys: device, options: .init(chunkSize: 16 << 10))
+        var seed: UInt64 = 0x9E37_79B9_7F4A_7C15
+        func put(_ name: String, _ count: Int) throws -> (data: [UInt8], file: String) {
+            // Incompressible: the data file is as large as the object.
+            let data = (0..<count).map { _ in
+                seed = seed &* 6364136223846793005 &+ 1442695040888963407
+                return UInt8(truncatingIfNeeded: seed >> 33)
+            }
+            let before = Set(try FileManager.default.contentsOfDirectory(atPath: root + "/s/data"))
+            var offset = 0
+            try store.put(StorePath("/" + name), protection: ProtectionClass.none) { buffer in
+                let n = min(buffer.count, data.count - offset)
+                buffer.copyBytes(from: data[offset..<(offset + n)])
+                offset += n
+                return n
+            }
+            let added = Set(try FileManager.default.contentsOfDirectory(atPath: root + "/s/data")).subtracting(before)
+            try #require(added.count == 1, "\(added)")
+            return (data, root + "/s/data/" + added.first!)
+        }
+        let small = try put("small", 60 << 10)
+        #expect(try pagesInCache(small.file).allSatisfy { $0 })
+
+        let large = try put("large", (3 << 20) + 123)
+        let cached = try pagesInCache(large.file)
+        #expect(cached.count > 768)
+        #expect(cached.dropLast().allSatisfy { !$0 }, "\(cached.filter { $0 }.count) of \(cached.count) pages cached")
+        for (name, expected) in [("small", small.data), ("large", large.data)] {
+            var out: [UInt8] = []
+            try store.read(StorePath("/" + name)) { out.append(contentsOf: $0) }
+            #expect(out == expected, "\(name)")
+        }
+        let report = try store.verify(readData: true)
+        #expect(report.damaged.isEmpty && report.garbage.isEmpty && report.objectsReadInFull == 2, "\(report)")
     }
 
     /// Any other failure of a direct write is the write's failure.
