@@ -330,6 +330,11 @@ protocol ChunkSource {
     /// Reads exactly `buffer.count` bytes at `offset`; a source that ends
     /// first throws ``IOError`` with ENODATA.
     func read(into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) throws
+    /// Reads exactly `count` bytes at `offset` into `buffer` (page-aligned,
+    /// with room for `count + DataFile.readSlack`) and returns where they
+    /// are in it: a data file read past the page cache puts them after the
+    /// start of their first page.
+    func read(_ count: Int, at offset: UInt64, in buffer: UnsafeMutableRawBufferPointer) throws -> UnsafeMutableRawBufferPointer
 }
 
 extension DataFile: ChunkSource {}
@@ -345,6 +350,12 @@ struct InlineChunks: ChunkSource {
             throw IOError("read", path: "inline data", errno: ENODATA)
         }
         bytes.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[Int(offset)..<(Int(offset) + buffer.count)])) }
+    }
+
+    func read(_ count: Int, at offset: UInt64, in buffer: UnsafeMutableRawBufferPointer) throws -> UnsafeMutableRawBufferPointer {
+        let bytes = UnsafeMutableRawBufferPointer(rebasing: buffer[..<count])
+        try read(into: bytes, at: offset)
+        return bytes
     }
 }
 
@@ -490,7 +501,7 @@ final class ObjectReader {
         guard last == UInt64.max || last < count else { throw StoreError.invalidPath("range past the end") }
         if last == UInt64.max { return }
         let maxRecord = ChunkLayout.maxRecordLength(chunkSize: header.chunkSize)
-        let recordBuffer = BufferPool.shared.take(batch * maxRecord)
+        let recordBuffer = BufferPool.shared.take(batch * maxRecord + DataFile.readSlack)
         // Every chunk but an object's last is whole, so a batch's chunks
         // lie back to back here.
         let plainBuffer = BufferPool.shared.take(batch * Int(chunkSize))
@@ -506,13 +517,12 @@ final class ObjectReader {
             // The records of a batch are contiguous: one read.
             let start = offsets[Int(index)]
             let end = offsets[Int(index) + n - 1] + UInt64(lengths[Int(index) + n - 1])
-            let span = UnsafeMutableRawBufferPointer(rebasing: recordBuffer.bytes[..<Int(end - start)])
-            recordUsed = max(recordUsed, span.count)
+            recordUsed = max(recordUsed, Int(end - start) + DataFile.readSlack)
             let lastLength = ChunkLayout.chunkLength(index: index + UInt64(n - 1), plaintextLength: header.plaintextLength,
                                                      chunkSize: header.chunkSize)
             let batchLength = (n - 1) * Int(chunkSize) + lastLength
             plainUsed = max(plainUsed, batchLength)
-            try file.read(into: span, at: start)
+            let span = try file.read(Int(end - start), at: start, in: recordBuffer.bytes)
             let batchStart = index
             try parallelFor(n) { i in
                 let chunk = batchStart + UInt64(i)
@@ -557,7 +567,7 @@ final class ObjectReader {
         let maxRecord = ChunkLayout.maxRecordLength(chunkSize: header.chunkSize)
         let next = IndexCounter()
         try parallelFor(width, width: width) { worker in
-            let record = BufferPool.shared.take(maxRecord)
+            let record = BufferPool.shared.take(maxRecord * chunksPerRun + DataFile.readSlack)
             let plain = BufferPool.shared.take(Int(chunkSize) * chunksPerRun)
             var recordUsed = 0
             var plainUsed = 0
@@ -571,17 +581,20 @@ final class ObjectReader {
                 let runStart = runFirst * chunkSize
                 var runEnd = runStart
                 do {
+                    // The run's records are contiguous: one read.
+                    let start = offsets[Int(runFirst)]
+                    let end = offsets[Int(runLast)] + UInt64(lengths[Int(runLast)])
+                    recordUsed = max(recordUsed, Int(end - start) + DataFile.readSlack)
+                    let span = try file.read(Int(end - start), at: start, in: record.bytes)
                     // Every chunk but an object's last is whole, so the
                     // run's chunks lie back to back in `plain`.
                     for chunk in runFirst...runLast {
-                        let recordLength = Int(lengths[Int(chunk)])
+                        let from = Int(offsets[Int(chunk)] - start)
+                        let sealed = UnsafeMutableRawBufferPointer(rebasing: span[from..<(from + Int(lengths[Int(chunk)]))])
                         let plainLength = ChunkLayout.chunkLength(index: chunk, plaintextLength: header.plaintextLength,
                                                                   chunkSize: header.chunkSize)
                         let at = Int(chunk * chunkSize - runStart)
-                        recordUsed = max(recordUsed, recordLength)
                         plainUsed = max(plainUsed, at + plainLength)
-                        let sealed = UnsafeMutableRawBufferPointer(rebasing: record.bytes[..<recordLength])
-                        try file.read(into: sealed, at: offsets[Int(chunk)])
                         try openers[worker].open(sealed, index: chunk, isFinal: chunk == count - 1,
                                                  into: UnsafeMutableRawBufferPointer(rebasing: plain.bytes[at..<at + plainLength]))
                         runEnd = chunk * chunkSize + UInt64(plainLength)

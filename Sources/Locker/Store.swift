@@ -733,7 +733,10 @@ public final class Store: @unchecked Sendable {
             file = InlineChunks(bytes: inline)
         } else {
             do {
-                file = try DataFile.openForReading(dataPath(header.objectID), fileSystem: fs)
+                // An object large enough to be written past the page
+                // cache is read past it too, unless it is in the cache.
+                file = try DataFile.openForReading(dataPath(header.objectID), fileSystem: fs,
+                                                   large: header.dataLength > UInt64(OutputFile.directMinimum))
             } catch let error as IOError where error.isNotFound {
                 return false
             }

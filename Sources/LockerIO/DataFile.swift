@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 internal import Glibc
 #endif
+internal import Synchronization
 
 /// An open file for streaming an object's data: written once, front to
 /// back, or read at offsets. Closes itself on deinit.
@@ -8,11 +9,17 @@ public final class DataFile {
     public let path: String
     private let fileSystem: FileSystem
     private var fd: Int32
+    /// For reads past the page cache; -1 if none, or once closed.
+    private let directFD: Atomic<Int32>
+    /// Cleared when the file system refuses a direct read.
+    private let directWorks: Atomic<Bool>
 
-    private init(path: String, fileSystem: FileSystem, fd: Int32) {
+    private init(path: String, fileSystem: FileSystem, fd: Int32, directFD: Int32 = -1) {
         self.path = path
         self.fileSystem = fileSystem
         self.fd = fd
+        self.directFD = Atomic(directFD)
+        directWorks = Atomic(directFD >= 0)
     }
 
     deinit { close() }
@@ -44,10 +51,68 @@ public final class DataFile {
         return false
     }
 
-    /// Opens an existing file for reading.
-    public static func openForReading(_ path: String, fileSystem: FileSystem) throws -> DataFile {
+    /// Opens an existing file for reading. With `large`, if the kernel
+    /// says (cachestat) that at most an eighth of the file is in the page
+    /// cache, the reads of ``read(_:at:in:)`` go from the disk to memory
+    /// past it (`O_DIRECT`), where the file system takes that: reading a
+    /// large file through the page cache costs a new page for every 4 KiB
+    /// where new memory is slow, and a file written past the page cache
+    /// (a large object's data file) is not in it. A file that is, or a
+    /// kernel that cannot tell, is read through the page cache.
+    public static func openForReading(_ path: String, fileSystem: FileSystem, large: Bool = false) throws -> DataFile {
         let fd = try fileSystem.openForReading(path)
-        return DataFile(path: path, fileSystem: fileSystem, fd: fd)
+        var directFD: Int32 = -1
+        if large, let cached = fileSystem.syscalls.cachedPages(fd), let size = try? fileSystem.fstat(fd, path: path).size {
+            let pages = (size + UInt64(FileSystem.directAlignment) - 1) / UInt64(FileSystem.directAlignment)
+            if cached <= pages / 8 { directFD = fileSystem.openForDirectReading(path) ?? -1 }
+        }
+        return DataFile(path: path, fileSystem: fileSystem, fd: fd, directFD: directFD)
+    }
+
+    /// Whether reads go past the page cache (see
+    /// ``openForReading(_:fileSystem:large:)``).
+    public var readsPastThePageCache: Bool {
+        directFD.load(ordering: .relaxed) >= 0 && directWorks.load(ordering: .relaxed)
+    }
+
+    /// The room ``read(_:at:in:)`` needs beyond the bytes it reads: the
+    /// rest of the page before them and of the page after.
+    public static let readSlack = 2 * FileSystem.directAlignment
+
+    /// Reads exactly `count` bytes at `offset` into `buffer`, which is
+    /// page-aligned and has room for `count + readSlack` bytes, and
+    /// returns where they are in it: at its start through the page cache,
+    /// or a little after it past the page cache (whole pages are read). A
+    /// file that ends first is ``IOError`` with ENODATA.
+    public func read(_ count: Int, at offset: UInt64, in buffer: UnsafeMutableRawBufferPointer) throws -> UnsafeMutableRawBufferPointer {
+        let alignment = FileSystem.directAlignment
+        let directFD = directFD.load(ordering: .relaxed)
+        if directFD >= 0, directWorks.load(ordering: .relaxed), count > 0,
+           Int(bitPattern: buffer.baseAddress) % alignment == 0 {
+            let start = offset - offset % UInt64(alignment)
+            let skip = Int(offset - start)
+            let end = skip + count
+            let length = (end + alignment - 1) / alignment * alignment
+            precondition(length <= buffer.count, "read buffer without room for alignment")
+            var done = 0
+            do {
+                while done < end {
+                    let n = try fileSystem.pread(directFD, into: UnsafeMutableRawBufferPointer(rebasing: buffer[done..<length]),
+                                                 at: Int64(start) + Int64(done), path: path)
+                    if n == 0 { throw IOError("read", path: path, errno: ENODATA) }
+                    done += n
+                    // Only the file's end stops a direct read inside a page.
+                    if done % alignment != 0 && done < end { throw IOError("read", path: path, errno: ENODATA) }
+                }
+                return UnsafeMutableRawBufferPointer(rebasing: buffer[skip..<end])
+            } catch let error as IOError where error.errno == EINVAL {
+                // An alignment this file system does not take.
+                directWorks.store(false, ordering: .relaxed)
+            }
+        }
+        let bytes = UnsafeMutableRawBufferPointer(rebasing: buffer[..<count])
+        try read(into: bytes, at: offset)
+        return bytes
     }
 
     /// Appends all of `bytes`.
@@ -89,6 +154,8 @@ public final class DataFile {
     public func close() {
         if fd >= 0 { fileSystem.close(fd) }
         fd = -1
+        let direct = directFD.exchange(-1, ordering: .relaxed)
+        if direct >= 0 { fileSystem.close(direct) }
     }
 }
 

@@ -280,9 +280,17 @@ public struct FileSystem: Sendable {
         try? open(path, O_WRONLY | O_CLOEXEC | Self.direct)
     }
 
-    /// The alignment of writes through ``openForDirectWriting(_:)``: the
-    /// page size, which every block size up to it divides.
-    static let directAlignment = 4096
+    /// Opens `path` for reads that go from the disk to memory past the
+    /// page cache (`O_DIRECT`), without touching its access time where the
+    /// kernel allows; nil where the file system refuses. The alignment
+    /// rules of ``openForDirectWriting(_:)`` hold.
+    func openForDirectReading(_ path: String) -> Int32? {
+        try? openForReading(path, extraFlags: Self.direct)
+    }
+
+    /// The alignment of reads and writes past the page cache: the page
+    /// size, which every block size up to it divides.
+    public static let directAlignment = 4096
 
     static let direct = locker_o_direct()
 

@@ -21,6 +21,9 @@ public struct Syscalls: Sendable {
     public var pread: @Sendable (_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer, _ offset: Int64) -> Int
     public var write: @Sendable (_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int
     public var pwrite: @Sendable (_ fd: Int32, _ bytes: UnsafeRawBufferPointer, _ offset: Int64) -> Int
+    /// cachestat(2): how many of the file's pages are in the page cache;
+    /// nil (errno set) where the kernel cannot tell.
+    public var cachedPages: @Sendable (_ fd: Int32) -> UInt64?
     public var fsync: @Sendable (_ fd: Int32) -> Int32
     /// syncfs(2): everything written to the file system holding `fd`.
     public var syncfs: @Sendable (_ fd: Int32) -> Int32
@@ -46,6 +49,10 @@ public struct Syscalls: Sendable {
         pread: { Glibc.pread($0, $1.baseAddress, $1.count, off_t($2)) },
         write: { Glibc.write($0, $1.baseAddress, $1.count) },
         pwrite: { Glibc.pwrite($0, $1.baseAddress, $1.count, off_t($2)) },
+        cachedPages: { fd in
+            var pages: UInt64 = 0
+            return locker_cached_pages(fd, &pages) == 0 ? pages : nil
+        },
         fsync: { Glibc.fsync($0) },
         syncfs: { locker_syncfs($0) },
         flock: { lockFile($0, $1) },

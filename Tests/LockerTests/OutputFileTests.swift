@@ -210,9 +210,124 @@ func pagesInCache(_ path: String) throws -> [Bool] {
             var out: [UInt8] = []
             try store.read(StorePath("/" + name)) { out.append(contentsOf: $0) }
             #expect(out == expected, "\(name)")
+            // In a range, at offsets from several threads.
+            let range: Range<UInt64> = 5000..<UInt64(expected.count - 77)
+            let ranged = Mutex([UInt8](repeating: 0, count: range.count))
+            try store.read(StorePath("/" + name), range: range) { offset, bytes in
+                ranged.withLock { $0.withUnsafeMutableBytes { UnsafeMutableRawBufferPointer(rebasing: $0[Int(offset)...]).copyMemory(from: bytes) } }
+            }
+            #expect(ranged.withLock { $0 } == Array(expected[Int(range.lowerBound)..<Int(range.upperBound)]), "\(name)")
         }
+        // The large object's data file, not in the page cache, was read
+        // past it (but for its index, at the end, read through it); the
+        // small one's was read through it.
+        let afterReads = try pagesInCache(large.file)
+        #expect(afterReads.dropLast(2).allSatisfy { !$0 }, "\(afterReads.filter { $0 }.count) of \(afterReads.count) pages cached")
+        #expect(try pagesInCache(small.file).allSatisfy { $0 })
         let report = try store.verify(readData: true)
         #expect(report.damaged.isEmpty && report.garbage.isEmpty && report.objectsReadInFull == 2, "\(report)")
+    }
+
+    /// A large data file mostly out of the page cache is read past it; one
+    /// in the page cache, or on a kernel that cannot tell (cachestat
+    /// failing), through it; a small one always through it.
+    @Test func dataFilesAreReadPastThePageCacheWhenNotInIt() throws {
+        try #require(try Self.fileSystemTakesDirectWrites(), "this file system does not take O_DIRECT writes")
+        let length = 2 << 20
+        let content = Self.alignedPattern(length, seed: 5)
+        defer { content.deallocate() }
+        func file(direct: Bool) throws -> (root: String, path: String) {
+            let (root, path, fd) = try Self.newFile()
+            defer { close(fd) }
+            if direct {
+                let out = OutputFile(fd: fd, path: path, size: UInt64(length))
+                try out.write(UnsafeRawBufferPointer(content), at: 0)
+                out.close()
+            } else {
+                #expect(Glibc.write(fd, content.baseAddress, length) == length)
+            }
+            #expect(fsync(fd) == 0)
+            return (root, path)
+        }
+        let uncached = try file(direct: true)
+        let cached = try file(direct: false)
+        defer { for f in [uncached, cached] { try? FileManager.default.removeItem(atPath: f.root) } }
+        try #require(try pagesInCache(uncached.path).allSatisfy { !$0 } && pagesInCache(cached.path).allSatisfy { $0 })
+
+        let fs = FileSystem()
+        #expect(try DataFile.openForReading(uncached.path, fileSystem: fs, large: true).readsPastThePageCache)
+        #expect(try !DataFile.openForReading(uncached.path, fileSystem: fs, large: false).readsPastThePageCache)
+        #expect(try !DataFile.openForReading(cached.path, fileSystem: fs, large: true).readsPastThePageCache)
+        var unknowing = Syscalls.system
+        unknowing.cachedPages = { _ in
+            errno = ENOSYS
+            return nil
+        }
+        #expect(try !DataFile.openForReading(uncached.path, fileSystem: FileSystem(syscalls: unknowing), large: true).readsPastThePageCache)
+
+        // Reading the uncached one past the page cache leaves it out.
+        let data = try DataFile.openForReading(uncached.path, fileSystem: fs, large: true)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: length + DataFile.readSlack, alignment: Self.page)
+        defer { buffer.deallocate() }
+        #expect(Array(try data.read(length - 3000, at: 1000, in: buffer)) == Array(content[1000..<length - 2000]))
+        #expect(try pagesInCache(uncached.path).allSatisfy { !$0 })
+    }
+
+    /// A data file read past the page cache gives the bytes asked for at
+    /// any offset, and the same bytes when the file system refuses the
+    /// direct open or a direct read (EINVAL); a file that ends before them
+    /// is ENODATA either way.
+    @Test(arguments: ["direct", "open refused", "read refused"])
+    func dataFileReadsFallBackToThePageCache(_ mode: String) throws {
+        let (root, path, fd) = try Self.newFile()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let length = 3 * Self.page * 64 + 555
+        let content = Self.alignedPattern(length, seed: 9)
+        defer { content.deallocate() }
+        #expect(Glibc.write(fd, content.baseAddress, length) == length)
+        close(fd)
+        let directReads = Mutex(0)
+        let opens = Mutex<[Int32]>([])
+        var syscalls = Syscalls.system
+        let open = syscalls.open
+        let pread = syscalls.pread
+        // As if nothing were cached, so that the direct open is tried.
+        syscalls.cachedPages = { _ in 0 }
+        syscalls.open = { path, flags, mode2 in
+            // The second open is the direct one.
+            if opens.withLock({ $0.count }) == 1 && mode == "open refused" {
+                errno = EINVAL
+                return -1
+            }
+            let fd = open(path, flags, mode2)
+            opens.withLock { $0.append(fd) }
+            return fd
+        }
+        syscalls.pread = { fd, buffer, offset in
+            let all = opens.withLock { $0 }
+            guard all.count == 2, fd == all[1] else { return pread(fd, buffer, offset) }
+            directReads.withLock { $0 += 1 }
+            if mode == "read refused" {
+                errno = EINVAL
+                return -1
+            }
+            return pread(fd, buffer, offset)
+        }
+        let file = try DataFile.openForReading(path, fileSystem: FileSystem(syscalls: syscalls), large: true)
+        #expect(file.readsPastThePageCache == (mode != "open refused"))
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: length + DataFile.readSlack, alignment: Self.page)
+        defer { buffer.deallocate() }
+        for (offset, count) in [(0, length), (1, 4095), (4095, 2), (4096, 8192), (777, length - 777), (length - 10, 10)] {
+            let bytes = try file.read(count, at: UInt64(offset), in: buffer)
+            #expect(Array(bytes) == Array(content[offset..<offset + count]), "\(offset)+\(count)")
+        }
+        #expect(throws: IOError("read", path: path, errno: ENODATA)) { _ = try file.read(20, at: UInt64(length - 10), in: buffer) }
+        let tried = directReads.withLock { $0 }
+        switch mode {
+        case "direct": #expect(tried >= 6 && file.readsPastThePageCache)
+        case "open refused": #expect(tried == 0)
+        default: #expect(tried == 1 && !file.readsPastThePageCache)
+        }
     }
 
     /// Any other failure of a direct write is the write's failure.

@@ -31,4 +31,9 @@ int locker_o_noatime(void);
 // lengths and memory must be aligned to the file system's block size.
 int locker_o_direct(void);
 
+// cachestat(2) (Linux 6.5 and later) of the whole file `fd`: stores how
+// many of its pages are in the page cache, without reading or faulting
+// any. Returns 0, or -1 with errno (ENOSYS on an older kernel).
+int locker_cached_pages(int fd, unsigned long long *pages);
+
 #endif
