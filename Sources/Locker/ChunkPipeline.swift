@@ -312,7 +312,7 @@ final class ObjectWriter {
         let file = try file()
         let index = try sealedIndex ?? sealers[0].sealIndex(lengths)
         if let writeState {
-            writeState.write(WriteJob(records: []), then: index)
+            writeState.finish(appending: index)
             if let error = writeState.error { throw error }
         } else {
             try index.withUnsafeBytes { try file.write($0) }
@@ -402,28 +402,40 @@ final class WriteState: @unchecked Sendable {
 
     var error: (any Error)? { lock.withLock { firstError } }
 
-    /// Writes the records of `job`, then `last` if given, and everything
-    /// still gathered: the data file is then whole.
-    func write(_ job: WriteJob, then last: [UInt8]? = nil) {
+    /// Writes the records of `job`.
+    func write(_ job: WriteJob) {
+        recordingError {
+            for record in job.records { try append(record) }
+        }
+    }
+
+    /// Writes `last` (the index) and everything still gathered: the data
+    /// file is then whole.
+    func finish(appending last: [UInt8]) {
+        recordingError {
+            try last.withUnsafeBytes { try append($0) }
+            if let output { try flush(output) }
+        }
+    }
+
+    private func recordingError(_ body: () throws -> Void) {
         guard error == nil else { return }
         do {
-            guard let output else {
-                for record in job.records { try file.write(record) }
-                try last?.withUnsafeBytes { try file.write($0) }
-                return
-            }
-            for record in job.records { try gather(record, into: output) }
-            if let last {
-                try last.withUnsafeBytes { try gather($0, into: output) }
-                if let staging, staged > 0 {
-                    try output.write(UnsafeRawBufferPointer(rebasing: staging.bytes[..<staged]), at: offset)
-                    offset += UInt64(staged)
-                    staged = 0
-                }
-            }
+            try body()
         } catch {
             lock.withLock { firstError = firstError ?? error }
         }
+    }
+
+    private func append(_ bytes: UnsafeRawBufferPointer) throws {
+        if let output { try gather(bytes, into: output) } else { try file.write(bytes) }
+    }
+
+    private func flush(_ output: OutputFile) throws {
+        guard let staging, staged > 0 else { return }
+        try output.write(UnsafeRawBufferPointer(rebasing: staging.bytes[..<staged]), at: offset)
+        offset += UInt64(staged)
+        staged = 0
     }
 
     private func gather(_ bytes: UnsafeRawBufferPointer, into output: OutputFile) throws {
@@ -438,11 +450,7 @@ final class WriteState: @unchecked Sendable {
                 .copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[done..<done + n]))
             staged += n
             done += n
-            if staged == buffer.bytes.count {
-                try output.write(UnsafeRawBufferPointer(buffer.bytes), at: offset)
-                offset += UInt64(staged)
-                staged = 0
-            }
+            if staged == buffer.bytes.count { try flush(output) }
         }
     }
 }

@@ -1,7 +1,6 @@
 #if canImport(Glibc)
 internal import Glibc
 #endif
-internal import Synchronization
 
 /// An open file for streaming an object's data: written once, front to
 /// back, or read at offsets. Closes itself on deinit.
@@ -9,17 +8,14 @@ public final class DataFile {
     public let path: String
     private let fileSystem: FileSystem
     private var fd: Int32
-    /// For reads past the page cache; -1 if none, or once closed.
-    private let directFD: Atomic<Int32>
-    /// Cleared when the file system refuses a direct read.
-    private let directWorks: Atomic<Bool>
+    /// For reads past the page cache.
+    private let direct: DirectDescriptor
 
-    private init(path: String, fileSystem: FileSystem, fd: Int32, directFD: Int32 = -1) {
+    private init(path: String, fileSystem: FileSystem, fd: Int32, directFD: Int32? = nil) {
         self.path = path
         self.fileSystem = fileSystem
         self.fd = fd
-        self.directFD = Atomic(directFD)
-        directWorks = Atomic(directFD >= 0)
+        direct = DirectDescriptor(directFD, fileSystem: fileSystem)
     }
 
     deinit { close() }
@@ -61,19 +57,17 @@ public final class DataFile {
     /// kernel that cannot tell, is read through the page cache.
     public static func openForReading(_ path: String, fileSystem: FileSystem, large: Bool = false) throws -> DataFile {
         let fd = try fileSystem.openForReading(path)
-        var directFD: Int32 = -1
+        var directFD: Int32?
         if large, let cached = fileSystem.syscalls.cachedPages(fd), let size = try? fileSystem.fstat(fd, path: path).size {
             let pages = (size + UInt64(FileSystem.directAlignment) - 1) / UInt64(FileSystem.directAlignment)
-            if cached <= pages / 8 { directFD = fileSystem.openForDirectReading(path) ?? -1 }
+            if cached <= pages / 8 { directFD = fileSystem.openForDirectReading(path) }
         }
         return DataFile(path: path, fileSystem: fileSystem, fd: fd, directFD: directFD)
     }
 
     /// Whether reads go past the page cache (see
     /// ``openForReading(_:fileSystem:large:)``).
-    public var readsPastThePageCache: Bool {
-        directFD.load(ordering: .relaxed) >= 0 && directWorks.load(ordering: .relaxed)
-    }
+    public var readsPastThePageCache: Bool { direct.isUsable }
 
     /// The room ``read(_:at:in:)`` needs beyond the bytes it reads: the
     /// rest of the page before them and of the page after.
@@ -86,18 +80,16 @@ public final class DataFile {
     /// file that ends first is ``IOError`` with ENODATA.
     public func read(_ count: Int, at offset: UInt64, in buffer: UnsafeMutableRawBufferPointer) throws -> UnsafeMutableRawBufferPointer {
         let alignment = FileSystem.directAlignment
-        let directFD = directFD.load(ordering: .relaxed)
-        if directFD >= 0, directWorks.load(ordering: .relaxed), count > 0,
-           Int(bitPattern: buffer.baseAddress) % alignment == 0 {
+        if count > 0, Int(bitPattern: buffer.baseAddress) % alignment == 0 {
             let start = offset - offset % UInt64(alignment)
             let skip = Int(offset - start)
             let end = skip + count
             let length = (end + alignment - 1) / alignment * alignment
             precondition(length <= buffer.count, "read buffer without room for alignment")
-            var done = 0
-            do {
+            let read = try direct.attempt { fd throws(IOError) in
+                var done = 0
                 while done < end {
-                    let n = try fileSystem.pread(directFD, into: UnsafeMutableRawBufferPointer(rebasing: buffer[done..<length]),
+                    let n = try fileSystem.pread(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[done..<length]),
                                                  at: Int64(start) + Int64(done), path: path)
                     if n == 0 { throw IOError("read", path: path, errno: ENODATA) }
                     done += n
@@ -105,10 +97,8 @@ public final class DataFile {
                     if done % alignment != 0 && done < end { throw IOError("read", path: path, errno: ENODATA) }
                 }
                 return UnsafeMutableRawBufferPointer(rebasing: buffer[skip..<end])
-            } catch let error as IOError where error.errno == EINVAL {
-                // An alignment this file system does not take.
-                directWorks.store(false, ordering: .relaxed)
             }
+            if let read { return read }
         }
         let bytes = UnsafeMutableRawBufferPointer(rebasing: buffer[..<count])
         try read(into: bytes, at: offset)
@@ -154,8 +144,7 @@ public final class DataFile {
     public func close() {
         if fd >= 0 { fileSystem.close(fd) }
         fd = -1
-        let direct = directFD.exchange(-1, ordering: .relaxed)
-        if direct >= 0 { fileSystem.close(direct) }
+        direct.close()
     }
 }
 

@@ -1,7 +1,6 @@
 #if canImport(Glibc)
 internal import Glibc
 #endif
-internal import Synchronization
 
 /// A new file that an object's plaintext is written into, at offsets,
 /// from one thread or several: where a fetch puts what it reads.
@@ -27,9 +26,7 @@ public final class OutputFile: Sendable {
     private let fd: Int32
     private let path: String
     private let fileSystem: FileSystem
-    /// -1 once closed, or when the file system refused.
-    private let directFD: Atomic<Int32>
-    private let directWorks: Atomic<Bool>
+    private let direct: DirectDescriptor
 
     /// Writes into `fd`, open for writing the file at `path` (which is
     /// opened once more for the direct writes), which will hold `size`
@@ -38,38 +35,29 @@ public final class OutputFile: Sendable {
         self.fd = fd
         self.path = path
         self.fileSystem = fileSystem
-        let fd = size >= Self.directMinimum ? fileSystem.openForDirectWriting(path) : nil
-        directFD = Atomic(fd ?? -1)
-        directWorks = Atomic(fd != nil)
+        direct = DirectDescriptor(size >= Self.directMinimum ? fileSystem.openForDirectWriting(path) : nil, fileSystem: fileSystem)
     }
-
-    deinit { close() }
 
     /// Closes the descriptor of the direct writes (`fd` stays open); a
     /// later write goes through the page cache. Call it when no write is
     /// under way.
     public func close() {
-        let fd = directFD.exchange(-1, ordering: .relaxed)
-        if fd >= 0 { fileSystem.close(fd) }
+        direct.close()
     }
 
     /// Whether aligned writes still go past the page cache.
-    public var writesPastThePageCache: Bool { directWorks.load(ordering: .relaxed) }
+    public var writesPastThePageCache: Bool { direct.isUsable }
 
     /// Writes all of `bytes` at `offset`.
     public func write(_ bytes: UnsafeRawBufferPointer, at offset: UInt64) throws(IOError) {
         var done = 0
         let pages = Self.alignedPrefix(bytes, at: offset)
-        let directFD = directFD.load(ordering: .relaxed)
-        if directFD >= 0, pages > 0, directWorks.load(ordering: .relaxed) {
-            do {
-                // What a short write leaves goes through the page cache
-                // below, as does the part of a last page.
-                done = try fileSystem.pwrite(directFD, UnsafeRawBufferPointer(rebasing: bytes[..<pages]), at: offset, path: path)
-            } catch where error.errno == EINVAL {
-                // An alignment this file system does not take.
-                directWorks.store(false, ordering: .relaxed)
-            }
+        // What a short write leaves goes through the page cache below, as
+        // does the part of a last page, and everything once refused.
+        if pages > 0, let n = try direct.attempt({ fd throws(IOError) in
+            try fileSystem.pwrite(fd, UnsafeRawBufferPointer(rebasing: bytes[..<pages]), at: offset, path: path)
+        }) {
+            done = n
         }
         if done < bytes.count {
             try fileSystem.writeAll(fd, UnsafeRawBufferPointer(rebasing: bytes[done...]), at: offset + UInt64(done), path: path)
