@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash Tools/setup.sh
-swift build -c release --product locker
+swift build -c release --product locker --static-swift-stdlib
 locker_bin="$(swift build -c release --show-bin-path)/locker"
 
 work="$(mktemp -d /tmp/locker-demo.XXXXXX)"

@@ -15,7 +15,7 @@
 #   --out FILE       also write the Markdown report to FILE
 #   --locker PATH    locker binary to use (default: $LOCKER_BIN, else build
 #                    it with: swift build -c release --product locker
-#                    --scratch-path .build-bench)
+#                    --static-swift-stdlib --scratch-path .build-bench)
 #   --raw FILE       also keep the raw measurements (TSV) in FILE
 #   --no-setup       do not install missing Debian packages
 #   --settle N       seconds to wait after deleting a round of a dataset of
@@ -82,8 +82,8 @@ done
 if [ -z "$locker_bin" ]; then
   command -v swift >/dev/null || die "no Swift toolchain on PATH (or pass --locker PATH)"
   log "building locker (release, scratch path .build-bench)"
-  (cd "$repo" && swift build -c release --product locker --scratch-path .build-bench >/dev/null) \
-    || die "swift build failed; run: swift build -c release --product locker --scratch-path .build-bench"
+  (cd "$repo" && swift build -c release --product locker --static-swift-stdlib --scratch-path .build-bench >/dev/null) \
+    || die "swift build failed; run: swift build -c release --product locker --static-swift-stdlib --scratch-path .build-bench"
   locker_bin="$(cd "$repo" && swift build -c release --scratch-path .build-bench --show-bin-path)/locker"
 fi
 [ -x "$locker_bin" ] || die "locker binary '$locker_bin' is not executable"
