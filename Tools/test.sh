@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the machine and runs every test: the unit, vector, device, agent,
 # store, end-to-end, damage-corpus, fault-injection and bounded
-# crash-atomicity suites, then each fuzz target for a bounded time.
+# crash-atomicity suites, the end-to-end suites again against the release
+# binary, then the soak and each fuzz target for a bounded time.
 # Exits non-zero if anything fails.
 #
 # Environment:
@@ -18,6 +19,12 @@ bash Tools/setup.sh
 # the layering honest.
 swift build --build-tests --explicit-target-dependency-import-check error
 env -u LOCKER_SOAK_SECONDS swift test --skip-build --disable-xctest
+# The end-to-end suites once more, against the release binary built as the
+# README and the demo build it (optimized, the Swift runtime and Foundation
+# linked in): what users run, not only the debug build.
+swift build -c release --product locker --static-swift-stdlib
+LOCKER_CLI="$(swift build -c release --show-bin-path)/locker" \
+  env -u LOCKER_SOAK_SECONDS swift test --skip-build --disable-xctest --filter LockerCLITests
 soak_seconds="${LOCKER_SOAK_SECONDS:-60}"
 if [ "$soak_seconds" -gt 0 ]; then
   # Alone, so that its 8 processes are not starved by the suite.
