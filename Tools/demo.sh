@@ -6,8 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash Tools/setup.sh
-swift build -c release --product locker --static-swift-stdlib
-locker_bin="$(swift build -c release --show-bin-path)/locker"
+locker_bin="$(bash Tools/build-release.sh)"
 
 work="$(mktemp -d /tmp/locker-demo.XXXXXX)"
 export LOCKER_DEVICE="$work/device" LOCKER_STORE="$work/store"

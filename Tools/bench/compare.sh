@@ -14,8 +14,8 @@
 #   --calls N        runs of each per-call measurement (default 10)
 #   --out FILE       also write the Markdown report to FILE
 #   --locker PATH    locker binary to use (default: $LOCKER_BIN, else build
-#                    it with: swift build -c release --product locker
-#                    --static-swift-stdlib --scratch-path .build-bench)
+#                    it with: Tools/build-release.sh --scratch-path
+#                    .build-bench)
 #   --raw FILE       also keep the raw measurements (TSV) in FILE
 #   --no-setup       do not install missing Debian packages
 #   --settle N       seconds to wait after deleting a round of a dataset of
@@ -82,9 +82,8 @@ done
 if [ -z "$locker_bin" ]; then
   command -v swift >/dev/null || die "no Swift toolchain on PATH (or pass --locker PATH)"
   log "building locker (release, scratch path .build-bench)"
-  (cd "$repo" && swift build -c release --product locker --static-swift-stdlib --scratch-path .build-bench >/dev/null) \
-    || die "swift build failed; run: swift build -c release --product locker --static-swift-stdlib --scratch-path .build-bench"
-  locker_bin="$(cd "$repo" && swift build -c release --scratch-path .build-bench --show-bin-path)/locker"
+  locker_bin="$(bash "$repo/Tools/build-release.sh" --scratch-path .build-bench 2>/dev/null)" \
+    || die "the build failed; run: bash Tools/build-release.sh --scratch-path .build-bench"
 fi
 [ -x "$locker_bin" ] || die "locker binary '$locker_bin' is not executable"
 L="$(cd "$(dirname "$locker_bin")" && pwd)/$(basename "$locker_bin")"

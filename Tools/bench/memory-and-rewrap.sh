@@ -11,8 +11,7 @@ gib="${1:-4}"
 runs="${2:-5}"
 command -v /usr/bin/time >/dev/null && command -v bc >/dev/null \
   || { echo "needs /usr/bin/time and bc (Debian packages 'time' and 'bc')" >&2; exit 1; }
-swift build -c release --product locker --static-swift-stdlib >/dev/null
-L="$(swift build -c release --show-bin-path)/locker"
+L="$(bash Tools/build-release.sh 2>/dev/null)"
 
 work="$(mktemp -d /tmp/locker-bench.XXXXXX)"
 cleanup() {
