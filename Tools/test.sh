@@ -22,7 +22,8 @@ env -u LOCKER_SOAK_SECONDS swift test --skip-build --disable-xctest
 # The end-to-end suites once more, against the release binary built as the
 # README and the demo build it (optimized, the Swift runtime and Foundation
 # linked in): what users run, not only the debug build.
-LOCKER_CLI="$(bash Tools/build-release.sh)" \
+release_locker="$(bash Tools/build-release.sh)"
+LOCKER_CLI="$release_locker" \
   env -u LOCKER_SOAK_SECONDS swift test --skip-build --disable-xctest --filter LockerCLITests
 soak_seconds="${LOCKER_SOAK_SECONDS:-60}"
 if [ "$soak_seconds" -gt 0 ]; then

@@ -11,7 +11,7 @@ gib="${1:-4}"
 runs="${2:-5}"
 command -v /usr/bin/time >/dev/null && command -v bc >/dev/null \
   || { echo "needs /usr/bin/time and bc (Debian packages 'time' and 'bc')" >&2; exit 1; }
-L="$(bash Tools/build-release.sh 2>/dev/null)"
+L="$(bash Tools/build-release.sh)"
 
 work="$(mktemp -d /tmp/locker-bench.XXXXXX)"
 cleanup() {
