@@ -59,8 +59,9 @@ public final class DataFile {
         let fd = try fileSystem.openForReading(path)
         var directFD: Int32?
         if large, let cached = fileSystem.syscalls.cachedPages(fd), let size = try? fileSystem.fstat(fd, path: path).size {
-            let pages = (size + UInt64(FileSystem.directAlignment) - 1) / UInt64(FileSystem.directAlignment)
-            if cached <= pages / 8 { directFD = fileSystem.openForDirectReading(path) }
+            let page = UInt64(FileSystem.pageSize)
+            let pages = (size + page - 1) / page
+            if cached <= pages / 8 { directFD = fileSystem.openForDirectReading(path, sameFileAs: fd) }
         }
         return DataFile(path: path, fileSystem: fileSystem, fd: fd, directFD: directFD)
     }
@@ -80,7 +81,7 @@ public final class DataFile {
     /// file that ends first is ``IOError`` with ENODATA.
     public func read(_ count: Int, at offset: UInt64, in buffer: UnsafeMutableRawBufferPointer) throws -> UnsafeMutableRawBufferPointer {
         let alignment = FileSystem.directAlignment
-        if count > 0, Int(bitPattern: buffer.baseAddress) % alignment == 0 {
+        if count > 0, direct.isUsable, Int(bitPattern: buffer.baseAddress) % alignment == 0 {
             let start = offset - offset % UInt64(alignment)
             let skip = Int(offset - start)
             let end = skip + count
@@ -93,8 +94,15 @@ public final class DataFile {
                                                  at: Int64(start) + Int64(done), path: path)
                     if n == 0 { throw IOError("read", path: path, errno: ENODATA) }
                     done += n
-                    // Only the file's end stops a direct read inside a page.
-                    if done % alignment != 0 && done < end { throw IOError("read", path: path, errno: ENODATA) }
+                    // A read that stops inside a page (the file's end, or a
+                    // file system that splits direct reads into smaller
+                    // blocks) cannot go on directly from there: the rest,
+                    // if any, comes through the page cache.
+                    if done % alignment != 0 && done < end {
+                        try self.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[done..<end]),
+                                      at: start + UInt64(done))
+                        done = end
+                    }
                 }
                 return UnsafeMutableRawBufferPointer(rebasing: buffer[skip..<end])
             }
@@ -120,7 +128,7 @@ public final class DataFile {
 
     /// Reads exactly `buffer.count` bytes at `offset`. A file that ends
     /// first is ``IOError`` with ENODATA.
-    public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) throws {
+    public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) throws(IOError) {
         var done = 0
         while done < buffer.count {
             let n = try fileSystem.pread(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]),

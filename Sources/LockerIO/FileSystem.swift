@@ -270,23 +270,43 @@ public struct FileSystem: Sendable {
 
     static let noAccessTime = locker_o_noatime()
 
-    /// Opens the existing file `path` a second time, for writes that go
-    /// from memory to the disk past the page cache (`O_DIRECT`), and
-    /// returns the descriptor; nil where the file system refuses. A write
+    /// Opens the file `fd` is open on a second time, by its name `path`,
+    /// for writes that go from memory to the disk past the page cache
+    /// (`O_DIRECT`), and returns the descriptor; nil where the file system
+    /// refuses, and nil if `path` is a symbolic link or no longer names
+    /// that file (someone who can write to its directory replaced it
+    /// between the two opens: the writes would go to their file). A write
     /// through it must be of whole ``directAlignment`` blocks, at an
     /// offset and from memory aligned to it; a file system that needs
     /// more fails it with EINVAL.
-    func openForDirectWriting(_ path: String) -> Int32? {
-        try? open(path, O_WRONLY | O_CLOEXEC | Self.direct)
+    func openForDirectWriting(_ path: String, sameFileAs fd: Int32) -> Int32? {
+        guard let direct = try? open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | Self.direct) else { return nil }
+        return keepIfSameFile(direct, as: fd, path: path)
     }
 
-    /// Opens `path` for reads that go from the disk to memory past the
-    /// page cache (`O_DIRECT`), without touching its access time where the
-    /// kernel allows; nil where the file system refuses. The alignment
-    /// rules of ``openForDirectWriting(_:)`` hold.
-    func openForDirectReading(_ path: String) -> Int32? {
-        try? openForReading(path, extraFlags: Self.direct)
+    /// Opens the file `fd` is open on a second time, by its name `path`,
+    /// for reads that go from the disk to memory past the page cache
+    /// (`O_DIRECT`), without touching its access time where the kernel
+    /// allows; nil where the file system refuses, and nil if `path` is a
+    /// symbolic link or no longer names that file. The alignment rules of
+    /// ``openForDirectWriting(_:sameFileAs:)`` hold.
+    func openForDirectReading(_ path: String, sameFileAs fd: Int32) -> Int32? {
+        guard let direct = try? openForReading(path, extraFlags: Self.direct | O_NOFOLLOW) else { return nil }
+        return keepIfSameFile(direct, as: fd, path: path)
     }
+
+    /// `candidate` if it is open on the same file as `fd`; else closes it
+    /// and returns nil.
+    private func keepIfSameFile(_ candidate: Int32, as fd: Int32, path: String) -> Int32? {
+        if let a = try? fstat(candidate, path: path), let b = try? fstat(fd, path: path), a.isSameFile(as: b) {
+            return candidate
+        }
+        close(candidate)
+        return nil
+    }
+
+    /// The kernel's page size: the unit `cachestat` counts in.
+    public static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
 
     /// The alignment of reads and writes past the page cache: the page
     /// size, which every block size up to it divides.

@@ -29,13 +29,15 @@ public final class OutputFile: Sendable {
     private let direct: DirectDescriptor
 
     /// Writes into `fd`, open for writing the file at `path` (which is
-    /// opened once more for the direct writes), which will hold `size`
-    /// bytes. `fd` stays the caller's.
+    /// opened once more for the direct writes, if it still names the file
+    /// `fd` is open on), which will hold `size` bytes. `fd` stays the
+    /// caller's.
     public init(fd: Int32, path: String, size: UInt64, fileSystem: FileSystem = FileSystem()) {
         self.fd = fd
         self.path = path
         self.fileSystem = fileSystem
-        direct = DirectDescriptor(size >= Self.directMinimum ? fileSystem.openForDirectWriting(path) : nil, fileSystem: fileSystem)
+        direct = DirectDescriptor(size >= Self.directMinimum ? fileSystem.openForDirectWriting(path, sameFileAs: fd) : nil,
+                                  fileSystem: fileSystem)
     }
 
     /// Closes the descriptor of the direct writes (`fd` stays open); a

@@ -111,15 +111,26 @@ public struct FileStatus: Sendable, Equatable {
     /// `st_mode`: the file type and the permission bits.
     public var mode: UInt32
     public var uid: UInt32
+    /// `st_dev` and `st_ino`: together, which file this is.
+    public var device: UInt64
+    public var inode: UInt64
 
-    public init(size: UInt64, mode: UInt32, uid: UInt32) {
+    public init(size: UInt64, mode: UInt32, uid: UInt32, device: UInt64 = 0, inode: UInt64 = 0) {
         self.size = size
         self.mode = mode
         self.uid = uid
+        self.device = device
+        self.inode = inode
     }
 
     init(_ st: stat) {
-        self.init(size: UInt64(st.st_size), mode: UInt32(st.st_mode), uid: UInt32(st.st_uid))
+        self.init(size: UInt64(st.st_size), mode: UInt32(st.st_mode), uid: UInt32(st.st_uid),
+                  device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+    }
+
+    /// Whether both describe the same file (device and inode).
+    public func isSameFile(as other: FileStatus) -> Bool {
+        device == other.device && inode == other.inode
     }
 
     public var isDirectory: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFDIR) }

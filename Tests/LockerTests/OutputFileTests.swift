@@ -82,23 +82,29 @@ func pagesInCache(_ path: String) throws -> [Bool] {
         return Syscalls.system.cachedPages(fd) != nil
     }
 
-    /// Whether this file system takes O_DIRECT writes of aligned pages.
+    /// Whether this file system takes O_DIRECT writes of aligned pages and
+    /// keeps them out of the page cache (tmpfs, for one, takes them into
+    /// it: run these tests with TMPDIR on a disk file system).
     static func fileSystemTakesDirectWrites() throws -> Bool {
         let (root, path, fd) = try newFile()
         defer { close(fd); try? FileManager.default.removeItem(atPath: root) }
         let out = OutputFile(fd: fd, path: path, size: OutputFile.directMinimum)
-        let buffer = alignedPattern(page, seed: 1)
+        let buffer = alignedPattern(2 * page, seed: 1)
         defer { buffer.deallocate() }
         try out.write(UnsafeRawBufferPointer(buffer), at: 0)
-        return out.writesPastThePageCache
+        let cached = try pagesInCache(path)
+        return out.writesPastThePageCache && cached == [false, false]
     }
+
+    static let directWritesRequired: Comment =
+        "this file system does not take O_DIRECT writes past the page cache (is TMPDIR on tmpfs?)"
 
     /// A large file written chunk by chunk, from two threads and out of
     /// order, reads back whole; every page but its last, partial one went
     /// past the page cache (the last chunk's whole pages too). A small
     /// file's pages are all in it (so the check can fail here).
     @Test func largeFilesGoPastThePageCache() throws {
-        try #require(try Self.fileSystemTakesDirectWrites(), "this file system does not take O_DIRECT writes")
+        try #require(try Self.fileSystemTakesDirectWrites(), Self.directWritesRequired)
         let chunk = 300 << 10
         let length = Int(OutputFile.directMinimum) + 3 * chunk + 1000
         let (root, path, fd) = try Self.newFile()
@@ -182,13 +188,14 @@ func pagesInCache(_ path: String) throws -> [Bool] {
     /// reads back; the data file of an object of one batch is written
     /// through the page cache, so the check can fail here.
     @Test func largePutsGoPastThePageCache() throws {
-        try #require(try Self.fileSystemTakesDirectWrites(), "this file system does not take O_DIRECT writes")
+        try #require(try Self.fileSystemTakesDirectWrites(), Self.directWritesRequired)
         let root = NSTemporaryDirectory() + "lkput-" + UUID().uuidString.prefix(8)
         defer { try? FileManager.default.removeItem(atPath: root) }
         let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
                                            options: .init(passcodeCost: .fixed(logN: 10)))
-        // Batches of four 16 KiB chunks: 64 KiB.
-        let store = try Store(path: root + "/s", keys: device, options: .init(chunkSize: 16 << 10))
+        // Batches of four 16 KiB chunks (two workers, whatever the
+        // machine's cores): 64 KiB.
+        let store = try Store(path: root + "/s", keys: device, options: .init(chunkSize: 16 << 10, workers: 2))
         var seed: UInt64 = 0x9E37_79B9_7F4A_7C15
         func put(_ name: String, _ count: Int) throws -> (data: [UInt8], file: String) {
             // Incompressible: the data file is as large as the object.
@@ -242,7 +249,7 @@ func pagesInCache(_ path: String) throws -> [Bool] {
     /// in the page cache, or on a kernel that cannot tell (cachestat
     /// failing), through it; a small one always through it.
     @Test func dataFilesAreReadPastThePageCacheWhenNotInIt() throws {
-        try #require(try Self.fileSystemTakesDirectWrites(), "this file system does not take O_DIRECT writes")
+        try #require(try Self.fileSystemTakesDirectWrites(), Self.directWritesRequired)
         try #require(try Self.kernelHasCachestat(), "this kernel has no cachestat (Linux 6.5+): data files are read through the page cache")
         let length = 2 << 20
         let content = Self.alignedPattern(length, seed: 5)
@@ -286,9 +293,10 @@ func pagesInCache(_ path: String) throws -> [Bool] {
 
     /// A data file read past the page cache gives the bytes asked for at
     /// any offset, and the same bytes when the file system refuses the
-    /// direct open or a direct read (EINVAL); a file that ends before them
-    /// is ENODATA either way.
-    @Test(arguments: ["direct", "open refused", "read refused"])
+    /// direct open or a direct read (EINVAL), or returns a direct read
+    /// short, inside a page (the rest then comes through the page cache);
+    /// a file that ends before them is ENODATA either way.
+    @Test(arguments: ["direct", "open refused", "read refused", "short read"])
     func dataFileReadsFallBackToThePageCache(_ mode: String) throws {
         let (root, path, fd) = try Self.newFile()
         defer { try? FileManager.default.removeItem(atPath: root) }
@@ -322,7 +330,9 @@ func pagesInCache(_ path: String) throws -> [Bool] {
                 errno = EINVAL
                 return -1
             }
-            return pread(fd, buffer, offset)
+            let n = pread(fd, buffer, offset)
+            // As if the file system had stopped 512 bytes short.
+            return mode == "short read" && n > Self.page ? n - 512 : n
         }
         let file = try DataFile.openForReading(path, fileSystem: FileSystem(syscalls: syscalls), large: true)
         #expect(file.readsPastThePageCache == (mode != "open refused"))
@@ -335,10 +345,68 @@ func pagesInCache(_ path: String) throws -> [Bool] {
         #expect(throws: IOError("read", path: path, errno: ENODATA)) { _ = try file.read(20, at: UInt64(length - 10), in: buffer) }
         let tried = directReads.withLock { $0 }
         switch mode {
-        case "direct": #expect(tried >= 6 && file.readsPastThePageCache)
+        case "direct", "short read": #expect(tried >= 6 && file.readsPastThePageCache)
         case "open refused": #expect(tried == 0)
         default: #expect(tried == 1 && !file.readsPastThePageCache)
         }
+    }
+
+    /// The direct descriptor is opened by name, after the caller opened
+    /// the file. Where the name no longer leads to that file (someone who
+    /// can write to the directory replaced it in between) or is a symbolic
+    /// link, no direct descriptor is used: every byte goes to the caller's
+    /// file, none to the other one. With the name intact, it is used (so
+    /// the check can fail).
+    @Test func directOpensRefuseAnotherFile() throws {
+        try #require(try Self.fileSystemTakesDirectWrites(), Self.directWritesRequired)
+        let length = Int(OutputFile.directMinimum)
+        let content = Self.alignedPattern(length, seed: 4)
+        defer { content.deallocate() }
+        let theirs = Data("their file".utf8)
+
+        // Writing: the name replaced after the caller's open.
+        let (root, path, fd) = try Self.newFile()
+        defer { close(fd); try? FileManager.default.removeItem(atPath: root) }
+        try theirs.write(to: URL(fileURLWithPath: root + "/other"))
+        try #require(rename(root + "/other", path) == 0)
+        let replaced = OutputFile(fd: fd, path: path, size: UInt64(length))
+        #expect(!replaced.writesPastThePageCache)
+        try replaced.write(UnsafeRawBufferPointer(content), at: 0)
+        #expect(FileManager.default.contents(atPath: path) == theirs)
+        #expect(FileManager.default.contents(atPath: "/proc/self/fd/\(fd)") == Data(content))
+
+        // Writing: the name is a symbolic link to the caller's file.
+        let (linkRoot, target, targetFD) = try Self.newFile()
+        defer { close(targetFD); try? FileManager.default.removeItem(atPath: linkRoot) }
+        try #require(symlink(target, linkRoot + "/link") == 0)
+        let linked = OutputFile(fd: targetFD, path: linkRoot + "/link", size: UInt64(length))
+        #expect(!linked.writesPastThePageCache)
+        try linked.write(UnsafeRawBufferPointer(content), at: 0)
+        #expect(FileManager.default.contents(atPath: target) == Data(content))
+        #expect(OutputFile(fd: targetFD, path: target, size: UInt64(length)).writesPastThePageCache)
+
+        // Reading: the name replaced between the data file's two opens.
+        var syscalls = Syscalls.system
+        let open = syscalls.open
+        let opens = Mutex(0)
+        syscalls.cachedPages = { _ in 0 }
+        syscalls.open = { openPath, flags, mode in
+            if opens.withLock({ $0 += 1; return $0 }) == 2 {
+                try? theirs.write(to: URL(fileURLWithPath: root + "/swap"))
+                rename(root + "/swap", openPath)
+            }
+            return open(openPath, flags, mode)
+        }
+        let data = root + "/data"
+        try Data(content).write(to: URL(fileURLWithPath: data))
+        let file = try DataFile.openForReading(data, fileSystem: FileSystem(syscalls: syscalls), large: true)
+        #expect(opens.withLock { $0 } == 2)
+        #expect(!file.readsPastThePageCache)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: length + DataFile.readSlack, alignment: Self.page)
+        defer { buffer.deallocate() }
+        #expect(Array(try file.read(length, at: 0, in: buffer)) == Array(content))
+        #expect(try DataFile.openForReading(target, fileSystem: FileSystem(syscalls: { var s = Syscalls.system; s.cachedPages = { _ in 0 }; return s }()),
+                                            large: true).readsPastThePageCache)
     }
 
     /// Any other failure of a direct write is the write's failure.
