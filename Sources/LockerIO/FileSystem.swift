@@ -252,6 +252,15 @@ public struct FileSystem: Sendable {
         try openForReading(path, extraFlags: 0)
     }
 
+    /// Opens `path` as ``openForReading(_:)`` does, but fails with ELOOP
+    /// if it is a symbolic link, and without waiting for a writer if it
+    /// is a FIFO (`O_NONBLOCK`, which changes nothing for a regular file):
+    /// for a file found in a walk, which may have been replaced since it
+    /// was looked at. The caller checks what it opened.
+    public func openWithoutFollowing(_ path: String) throws(IOError) -> Int32 {
+        try openForReading(path, extraFlags: O_NOFOLLOW | O_NONBLOCK)
+    }
+
     /// Opens the directory `path` for listing, as ``openForReading(_:)``
     /// opens a file, and returns the descriptor (ENOTDIR if it is not a
     /// directory): listing it dirties no inode, and the disk keeps no

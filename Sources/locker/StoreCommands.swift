@@ -111,8 +111,13 @@ struct Put: ParsableCommand {
             guard FileManager.default.fileExists(atPath: source, isDirectory: &isDirectory), isDirectory.boolValue else {
                 throw CommandFailure(.notFound, "\(source) is not a local directory")
             }
-            let count = try importTree(store, from: source, to: target)
-            if output.json { try printJSON(["imported": count]) } else { print("Stored \(count) object\(count == 1 ? "" : "s") under \(target).") }
+            let (count, skipped) = try importTree(store, from: source, to: target)
+            if output.json {
+                try printJSON(["imported": count, "skipped": skipped])
+            } else {
+                let also = skipped == 0 ? "" : " (\(skipped) skipped: not regular files; see the warnings)"
+                print("Stored \(count) object\(count == 1 ? "" : "s") under \(target)\(also).")
+            }
             return
         }
         if path.hasSuffix("/") || ((try? store.stat(target)).map { if case .directory = $0.kind { true } else { false } } ?? false) {
@@ -127,8 +132,10 @@ struct Put: ParsableCommand {
         }
     }
 
-    func putFile(_ store: Store, source: String, to target: StorePath) throws -> ObjectInfo {
-        let fd: Int32 = source == "-" ? STDIN_FILENO : try openSource(source)
+    /// Stores the local file `source` (`-`: standard input). `inTree`: a
+    /// file found by `put -r`'s walk, opened by ``openTreeFile(_:)``.
+    func putFile(_ store: Store, source: String, to target: StorePath, inTree: Bool = false) throws -> ObjectInfo {
+        let fd: Int32 = source == "-" ? STDIN_FILENO : try inTree ? openTreeFile(source) : openSource(source)
         defer { if fd != STDIN_FILENO { Foundation.close(fd) } }
         var st = stat()
         let total: UInt64? = fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG ? UInt64(st.st_size) : nil
@@ -177,9 +184,21 @@ struct Put: ParsableCommand {
     /// their final names (no rename each), and appear together once those
     /// are written; the other files in them are stored after that. A
     /// failure stops the import after the batch being committed ends.
-    func importTree(_ store: Store, from local: String, to target: StorePath) throws -> Int {
+    ///
+    /// Below `local`, only directories and regular files are taken:
+    /// symbolic links are not followed (a link could lead out of the tree,
+    /// or back into it without end), and FIFOs, sockets and devices are
+    /// not read (a FIFO would block, a device need not end). Each is
+    /// skipped with a warning line. Returns how many objects were stored
+    /// and how many entries were skipped.
+    func importTree(_ store: Store, from local: String, to target: StorePath) throws -> (stored: Int, skipped: Int) {
         let dataFileLimit = Self.dataFilesPerBatch()
         var count = 0
+        var skipped = 0
+        func skip(_ path: String, _ st: stat) {
+            skipped += 1
+            warn("skipped \(path): \(describeFileType(st.st_mode)), not stored")
+        }
         var pending: [PutBatchItem] = []
         var pendingBytes: UInt64 = 0
         var pendingDataFiles = 0
@@ -242,17 +261,18 @@ struct Put: ParsableCommand {
             for name in names.sorted() {
                 let localPath = local + "/" + name
                 var st = stat()
-                // Symbolic links are followed, as before; what vanished is
-                // skipped.
-                guard stat(localPath, &st) == 0 else { continue }
+                // What vanished is skipped.
+                guard lstat(localPath, &st) == 0 else { continue }
                 if st.st_mode & S_IFMT == S_IFDIR {
                     try visit(localPath, target.appending(name))
+                } else if st.st_mode & S_IFMT != S_IFREG {
+                    skip(localPath, st)
                 } else if collected.contains(target.appending(name)) {
                     // A directory when the walk began, replaced since: a
                     // directory is made there, so the file is skipped,
                     // as what vanished is.
                     continue
-                } else if isNew && !(st.st_mode & S_IFMT == S_IFREG && store.isAlwaysInline(length: UInt64(st.st_size))) {
+                } else if isNew && !store.isAlwaysInline(length: UInt64(st.st_size)) {
                     later.append((localPath, target.appending(name)))
                 } else {
                     try storeFile(localPath, st, at: target.appending(name))
@@ -260,9 +280,9 @@ struct Put: ParsableCommand {
             }
         }
         func storeFile(_ localPath: String, _ st: stat, at path: StorePath) throws {
-            if UInt64(st.st_size) > Self.batchFileLimit || st.st_mode & S_IFMT != S_IFREG {
+            if UInt64(st.st_size) > Self.batchFileLimit {
                 try flush(drain: true)
-                _ = try putFile(store, source: localPath, to: path)
+                _ = try putFile(store, source: localPath, to: path, inTree: true)
                 count += 1
             } else {
                 let file = LocalFileSource(localPath)
@@ -290,34 +310,52 @@ struct Put: ParsableCommand {
         for (localPath, path) in later {
             // Looked at again: it may have changed or vanished since.
             var st = stat()
-            guard stat(localPath, &st) == 0 else { continue }
-            if st.st_mode & S_IFMT == S_IFDIR {
-                try visit(localPath, path)
-            } else {
-                try storeFile(localPath, st, at: path)
+            guard lstat(localPath, &st) == 0 else { continue }
+            switch st.st_mode & S_IFMT {
+            case S_IFDIR: try visit(localPath, path)
+            case S_IFREG: try storeFile(localPath, st, at: path)
+            default: skip(localPath, st)
             }
         }
         try flush(drain: true)
         count += try commits.wait()
-        return count
+        return (count, skipped)
     }
 }
 
-/// The names of the directories in `local` (symbolic links followed, as
-/// `put -r` does), from the entry types readdir(3) gives: no stat for each
-/// file.
+/// The names of the directories in `local` (not symbolic links to
+/// directories: `put -r` does not follow links), from the entry types
+/// readdir(3) gives: no stat for each file.
 func localSubdirectories(of local: String) throws -> [String] {
     var names: [String] = []
     try readLocalDirectory(local) { name, type in
         switch Int32(type) {
         case Int32(DT_DIR): names.append(name)
-        case Int32(DT_LNK), Int32(DT_UNKNOWN):
+        case Int32(DT_UNKNOWN):
             var st = stat()
-            if stat(local + "/" + name, &st) == 0, st.st_mode & S_IFMT == S_IFDIR { names.append(name) }
+            if lstat(local + "/" + name, &st) == 0, st.st_mode & S_IFMT == S_IFDIR { names.append(name) }
         default: break
         }
     }
     return names
+}
+
+/// What a file that is neither a regular file nor a directory is, for a
+/// warning.
+func describeFileType(_ mode: mode_t) -> String {
+    switch mode & S_IFMT {
+    case S_IFLNK: "a symbolic link (not followed)"
+    case S_IFIFO: "a FIFO"
+    case S_IFSOCK: "a socket"
+    case S_IFCHR, S_IFBLK: "a device"
+    default: "not a regular file"
+    }
+}
+
+/// One `locker: warning: …` line on stderr: something the command did
+/// not do, which did not stop it.
+func warn(_ message: String) {
+    FileHandle.standardError.write(Data("locker: warning: \(message)\n".utf8))
 }
 
 /// The names in `local`, "." and ".." left out; nil if it does not exist.
@@ -410,6 +448,26 @@ func openSource(_ path: String) throws -> Int32 {
     }
 }
 
+/// Opens a regular file found by `put -r`'s walk, as ``openSource(_:)``
+/// does, but never through a symbolic link and never waiting on a FIFO:
+/// the entry may have been replaced since the walk looked at it. Anything
+/// but a regular file now is one error line.
+func openTreeFile(_ path: String) throws -> Int32 {
+    let fd: Int32
+    do {
+        fd = try FileSystem().openWithoutFollowing(path)
+    } catch {
+        let reason = error.errno == ELOOP ? "it is now a symbolic link" : String(cString: strerror(error.errno))
+        throw CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(path): \(reason)")
+    }
+    var st = stat()
+    guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+        Foundation.close(fd)
+        throw CommandFailure(.failure, "cannot read \(path): it is no longer a regular file")
+    }
+    return fd
+}
+
 /// A local file read for a batch: opened on the first read, closed at its
 /// end, so that a batch does not hold every file open at once.
 final class LocalFileSource {
@@ -424,7 +482,7 @@ final class LocalFileSource {
     func read(_ buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         if finished { return 0 }
         if fd < 0 {
-            fd = try openSource(path)
+            fd = try openTreeFile(path)
         }
         let n = try readSource(fd)(buffer)
         if n == 0 {
@@ -864,10 +922,13 @@ func writeLocalFile(_ path: String, mode: mode_t = 0o600, _ body: (_ fd: Int32, 
     let temporary = directory + "/.locker-" + UUID().uuidString + ".tmp"
     let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
     guard fd >= 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
+    // Closed once: after close, the number may name another thread's file.
+    var isOpen = true
     do {
         try body(fd, temporary)
         guard fsync(fd) == 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
         Foundation.close(fd)
+        isOpen = false
         guard rename(temporary, path) == 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
         let dirFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if dirFD >= 0 {
@@ -875,7 +936,7 @@ func writeLocalFile(_ path: String, mode: mode_t = 0o600, _ body: (_ fd: Int32, 
             Foundation.close(dirFD)
         }
     } catch {
-        Foundation.close(fd)
+        if isOpen { Foundation.close(fd) }
         unlink(temporary)
         throw error
     }

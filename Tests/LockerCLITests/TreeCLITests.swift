@@ -302,6 +302,45 @@ struct TreeCLITests {
         }
     }
 
+    /// Below SRC, `put -r` stores directories and regular files only: a
+    /// symbolic link (to a file outside the tree, to a directory outside
+    /// it, or back into the tree) is not followed, and a FIFO is not read
+    /// (it would block the import for ever). Each is one warning line and
+    /// is counted; the import exits 0. SRC itself may be a link to a
+    /// directory.
+    @Test func treeSkipsLinksAndSpecialFiles() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = f.root + "/linked"
+            let outside = f.root + "/outside"
+            try FileManager.default.createDirectory(atPath: local + "/sub", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+            #expect(FileManager.default.createFile(atPath: local + "/sub/kept", contents: Data("kept".utf8)))
+            #expect(FileManager.default.createFile(atPath: outside + "/secret", contents: Data("outside".utf8)))
+            try #require(symlink(outside + "/secret", local + "/file-link") == 0)
+            try #require(symlink(outside, local + "/dir-link") == 0)
+            try #require(symlink(".", local + "/sub/loop") == 0)
+            try #require(mkfifo(local + "/sub/fifo", 0o600) == 0)
+            try #require(symlink(local, f.root + "/src-link") == 0)
+
+            let put = try f.run(["put", "-r", f.root + "/src-link", "/linked"], timeout: 20)
+            #expect(put.status == 0, "\(put)")
+            #expect(put.stdout.contains("Stored 1 object under /linked (4 skipped: not regular files; see the warnings)."), "\(put)")
+            let link = "a symbolic link (not followed), not stored"
+            for (name, what) in [("dir-link", link), ("file-link", link), ("sub/fifo", "a FIFO, not stored"), ("sub/loop", link)] {
+                #expect(put.stderr.contains("locker: warning: skipped \(f.root)/src-link/\(name): \(what)\n"), "\(name): \(put)")
+            }
+            #expect(try f.ok(["get", "/linked/sub/kept"]).stdout == "kept")
+            for path in ["/linked/file-link", "/linked/dir-link", "/linked/dir-link/secret", "/linked/sub/loop", "/linked/sub/fifo"] {
+                #expect(try f.raw(["stat", path]).status == 66, "\(path)")
+            }
+
+            let json = try f.ok(["put", "-r", local, "/again", "--json"], timeout: 20)
+            let report = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Int]
+            #expect(report == ["imported": 1, "skipped": 4], "\(json)")
+        }
+    }
+
     /// A tree of more than 4,096 objects is stored in several batches
     /// (one committed while the next is staged). Fetched into an existing
     /// directory, the files of its existing subdirectories are committed
