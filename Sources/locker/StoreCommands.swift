@@ -652,6 +652,7 @@ struct Get: ParsableCommand {
         var count = 0
         // Each directory with the export its files go through: none in a
         // directory being built out of sight.
+        let destination = local
         var stack: [(source: StorePath, local: String, export: TreeExport?)] = [(source, local, export)]
         var next: (path: StorePath, listing: Prefetch<FetchListing>)?
         defer { _ = try? next?.listing.wait() }
@@ -663,7 +664,7 @@ struct Get: ParsableCommand {
             } else {
                 listing = try store.listForFetch(source)
             }
-            try makeLocalDirectory(local)
+            try makeLocalDirectory(local, followingLink: local == destination)
             export?.noteDirectory(local)
             for directory in listing.directories.reversed() {
                 let target = local + "/" + directory.name
@@ -880,12 +881,20 @@ struct UncheckedStore: @unchecked Sendable {
 /// for those it creates, less the umask), like `mkdir -p`; an existing
 /// directory is fine. Fails with one line naming the path: something that
 /// is not a directory in the way, or the error of the `mkdir` that failed.
-func makeLocalDirectory(_ path: String, mode: mode_t = 0o777) throws {
+/// Without `followingLink`, a symbolic link at `path` itself is in the
+/// way too, even to a directory: a fetch follows none below its
+/// destination, where it would write into the directory the link leads to.
+func makeLocalDirectory(_ path: String, mode: mode_t = 0o777, followingLink: Bool = true) throws {
+    func look(_ path: String, _ st: inout stat) -> Bool {
+        (followingLink ? stat(path, &st) : lstat(path, &st)) == 0
+    }
+    func inTheWay(_ path: String, _ st: stat) -> CommandFailure {
+        let link = st.st_mode & S_IFMT == S_IFLNK ? " (a symbolic link, not followed below the destination)" : ""
+        return CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory\(link)")
+    }
     var st = stat()
-    if stat(path, &st) == 0 {
-        guard st.st_mode & S_IFMT == S_IFDIR else {
-            throw CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory")
-        }
+    if look(path, &st) {
+        guard st.st_mode & S_IFMT == S_IFDIR else { throw inTheWay(path, st) }
         return
     }
     let (trimmed, parent) = splitLocalPath(path)
@@ -894,9 +903,7 @@ func makeLocalDirectory(_ path: String, mode: mode_t = 0o777) throws {
         throw CommandFailure(.failure, "cannot create directory \(trimmed): \(String(cString: strerror(errno)))")
     }
     // Another process may have made something else there meanwhile.
-    guard stat(trimmed, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
-        throw CommandFailure(.failure, "cannot write into \(trimmed): it exists and is not a directory")
-    }
+    guard look(trimmed, &st), st.st_mode & S_IFMT == S_IFDIR else { throw inTheWay(trimmed, st) }
 }
 
 /// `path` without a trailing "/", and its parent directory ("." for a bare
@@ -1324,7 +1331,7 @@ struct Export: ParsableCommand {
         try store.walk(.root) { path, isDirectory in
             let local = destination + path.description
             if isDirectory {
-                try makeLocalDirectory(local)
+                try makeLocalDirectory(local, followingLink: path == .root)
                 return
             }
             guard case .object(let info) = try store.stat(path).kind else { return }

@@ -341,6 +341,48 @@ struct TreeCLITests {
         }
     }
 
+    /// `get -r` into an existing directory follows no symbolic link below
+    /// it: a subdirectory that is a link (here to a directory outside)
+    /// fails the fetch with one line, and nothing is written where it
+    /// leads. DEST itself may be a link to a directory.
+    @Test func treeFetchFollowsNoLinkBelowDestination() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = f.root + "/src"
+            try FileManager.default.createDirectory(atPath: local + "/sub", withIntermediateDirectories: true)
+            #expect(FileManager.default.createFile(atPath: local + "/sub/file", contents: Data("inside".utf8)))
+            #expect(FileManager.default.createFile(atPath: local + "/top", contents: Data("top".utf8)))
+            try f.ok(["put", "-r", local, "/t"])
+
+            let outside = f.root + "/outside"
+            let dest = f.root + "/dest"
+            try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dest, withIntermediateDirectories: true)
+            try #require(symlink(outside, dest + "/sub") == 0)
+            let fetch = try f.run(["get", "-r", "/t", dest])
+            #expect(fetch.status != 0, "\(fetch)")
+            #expect(fetch.stderr.contains("locker: error: cannot write into \(dest)/sub: it exists and is not a directory (a symbolic link, not followed below the destination)"), "\(fetch)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: outside).isEmpty)
+            #expect(localFiles(dest).allSatisfy { !$0.contains(".locker-") }, "\(localFiles(dest))")
+
+            // The same through `export`.
+            let exported = f.root + "/exported"
+            try FileManager.default.createDirectory(atPath: exported, withIntermediateDirectories: true)
+            try #require(symlink(outside, exported + "/t") == 0)
+            let export = try f.run(["export", exported])
+            #expect(export.status != 0 && export.stderr.contains("not followed below the destination"), "\(export)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: outside).isEmpty)
+
+            // DEST itself a link to a directory: followed.
+            let real = f.root + "/real"
+            try FileManager.default.createDirectory(atPath: real, withIntermediateDirectories: true)
+            try #require(symlink(real, f.root + "/dest-link") == 0)
+            try f.ok(["get", "-r", "/t", f.root + "/dest-link"])
+            #expect(FileManager.default.contents(atPath: real + "/sub/file") == Data("inside".utf8))
+            #expect(FileManager.default.contents(atPath: real + "/top") == Data("top".utf8))
+        }
+    }
+
     /// A tree of more than 4,096 objects is stored in several batches
     /// (one committed while the next is staged). Fetched into an existing
     /// directory, the files of its existing subdirectories are committed
