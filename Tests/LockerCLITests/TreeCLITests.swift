@@ -380,6 +380,11 @@ struct TreeCLITests {
             try f.ok(["get", "-r", "/t", f.root + "/dest-link"])
             #expect(FileManager.default.contents(atPath: real + "/sub/file") == Data("inside".utf8))
             #expect(FileManager.default.contents(atPath: real + "/top") == Data("top".utf8))
+            // Fetched plaintext is the user's alone.
+            for file in [real + "/sub/file", real + "/top"] {
+                var st = stat()
+                #expect(lstat(file, &st) == 0 && st.st_mode & 0o777 == 0o600, "\(file): \(String(st.st_mode, radix: 8))")
+            }
         }
     }
 
