@@ -337,6 +337,16 @@ protocol ChunkSource {
     func read(_ count: Int, at offset: UInt64, in buffer: UnsafeMutableRawBufferPointer) throws -> UnsafeMutableRawBufferPointer
 }
 
+extension ChunkSource {
+    /// Through ``read(into:at:)``, at the buffer's start: what a source
+    /// that cannot read past the page cache does.
+    func read(_ count: Int, at offset: UInt64, in buffer: UnsafeMutableRawBufferPointer) throws -> UnsafeMutableRawBufferPointer {
+        let bytes = UnsafeMutableRawBufferPointer(rebasing: buffer[..<count])
+        try read(into: bytes, at: offset)
+        return bytes
+    }
+}
+
 extension DataFile: ChunkSource {}
 
 /// An object's data held in memory (read with its header).
@@ -350,12 +360,6 @@ struct InlineChunks: ChunkSource {
             throw IOError("read", path: "inline data", errno: ENODATA)
         }
         bytes.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[Int(offset)..<(Int(offset) + buffer.count)])) }
-    }
-
-    func read(_ count: Int, at offset: UInt64, in buffer: UnsafeMutableRawBufferPointer) throws -> UnsafeMutableRawBufferPointer {
-        let bytes = UnsafeMutableRawBufferPointer(rebasing: buffer[..<count])
-        try read(into: bytes, at: offset)
-        return bytes
     }
 }
 

@@ -317,8 +317,9 @@ public struct FileSystem: Sendable {
     /// The kernel's page size: the unit `cachestat` counts in.
     public static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
 
-    /// The alignment of reads and writes past the page cache: the page
-    /// size, which every block size up to it divides.
+    /// The alignment of reads and writes past the page cache: 4 KiB, which
+    /// every block size up to it divides (a file system that needs more
+    /// refuses with EINVAL, and the I/O goes through the page cache).
     public static let directAlignment = 4096
 
     static let direct = locker_o_direct()

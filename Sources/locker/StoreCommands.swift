@@ -133,9 +133,9 @@ struct Put: ParsableCommand {
     }
 
     /// Stores the local file `source` (`-`: standard input). `inTree`: a
-    /// file found by `put -r`'s walk, opened by ``openTreeFile(_:)``.
+    /// file found by `put -r`'s walk (see ``openSource(_:inTree:)``).
     func putFile(_ store: Store, source: String, to target: StorePath, inTree: Bool = false) throws -> ObjectInfo {
-        let fd: Int32 = source == "-" ? STDIN_FILENO : try inTree ? openTreeFile(source) : openSource(source)
+        let fd: Int32 = source == "-" ? STDIN_FILENO : try openSource(source, inTree: inTree)
         defer { if fd != STDIN_FILENO { Foundation.close(fd) } }
         var st = stat()
         let total: UInt64? = fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG ? UInt64(st.st_size) : nil
@@ -439,29 +439,20 @@ final class Prefetch<Value>: @unchecked Sendable {
 
 /// Opens a local file to store, leaving its access time alone where the
 /// kernel allows (as backup tools do: reading a file to store it is not
-/// the user reading it).
-func openSource(_ path: String) throws -> Int32 {
-    do {
-        return try FileSystem().openForReading(path)
-    } catch {
-        throw CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(path): \(String(cString: strerror(error.errno)))")
-    }
-}
-
-/// Opens a regular file found by `put -r`'s walk, as ``openSource(_:)``
-/// does, but never through a symbolic link and never waiting on a FIFO:
-/// the entry may have been replaced since the walk looked at it. Anything
-/// but a regular file now is one error line.
-func openTreeFile(_ path: String) throws -> Int32 {
+/// the user reading it). `inTree`: a file `put -r`'s walk found, which may
+/// have been replaced since the walk looked at it: never opened through
+/// a symbolic link, never waited on if it is now a FIFO, and anything but
+/// a regular file is one error line.
+func openSource(_ path: String, inTree: Bool = false) throws -> Int32 {
     let fd: Int32
     do {
-        fd = try FileSystem().openWithoutFollowing(path)
+        fd = try inTree ? FileSystem().openWithoutFollowing(path) : FileSystem().openForReading(path)
     } catch {
-        let reason = error.errno == ELOOP ? "it is now a symbolic link" : String(cString: strerror(error.errno))
+        let reason = inTree && error.errno == ELOOP ? "it is now a symbolic link" : String(cString: strerror(error.errno))
         throw CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(path): \(reason)")
     }
     var st = stat()
-    guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+    if inTree, fstat(fd, &st) != 0 || st.st_mode & S_IFMT != S_IFREG {
         Foundation.close(fd)
         throw CommandFailure(.failure, "cannot read \(path): it is no longer a regular file")
     }
@@ -482,7 +473,7 @@ final class LocalFileSource {
     func read(_ buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         if finished { return 0 }
         if fd < 0 {
-            fd = try openTreeFile(path)
+            fd = try openSource(path, inTree: true)
         }
         let n = try readSource(fd)(buffer)
         if n == 0 {
