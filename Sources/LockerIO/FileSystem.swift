@@ -147,6 +147,11 @@ public struct FileSystem: Sendable {
         }
     }
 
+    /// What the open descriptor `fd` refers to; `path` names it in errors.
+    public func status(of fd: Int32, path: String) throws(IOError) -> FileStatus {
+        try fstat(fd, path: path)
+    }
+
     /// Creates `path` and any missing parents with `mode`. An existing
     /// directory is not an error.
     public func createDirectory(_ path: String, mode: UInt32 = 0o700) throws {

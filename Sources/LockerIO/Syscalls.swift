@@ -114,23 +114,41 @@ public struct FileStatus: Sendable, Equatable {
     /// `st_dev` and `st_ino`: together, which file this is.
     public var device: UInt64
     public var inode: UInt64
+    /// `st_mtim` and `st_ctim`, in nanoseconds since 1970: when the
+    /// contents, and when the contents or the inode, last changed.
+    public var modified: Int64
+    public var statusChanged: Int64
 
-    public init(size: UInt64, mode: UInt32, uid: UInt32, device: UInt64 = 0, inode: UInt64 = 0) {
+    public init(size: UInt64, mode: UInt32, uid: UInt32, device: UInt64 = 0, inode: UInt64 = 0,
+                modified: Int64 = 0, statusChanged: Int64 = 0) {
         self.size = size
         self.mode = mode
         self.uid = uid
         self.device = device
         self.inode = inode
+        self.modified = modified
+        self.statusChanged = statusChanged
     }
 
     init(_ st: stat) {
         self.init(size: UInt64(st.st_size), mode: UInt32(st.st_mode), uid: UInt32(st.st_uid),
-                  device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+                  device: UInt64(st.st_dev), inode: UInt64(st.st_ino),
+                  modified: Int64(st.st_mtim.tv_sec) &* 1_000_000_000 &+ Int64(st.st_mtim.tv_nsec),
+                  statusChanged: Int64(st.st_ctim.tv_sec) &* 1_000_000_000 &+ Int64(st.st_ctim.tv_nsec))
     }
 
     /// Whether both describe the same file (device and inode).
     public func isSameFile(as other: FileStatus) -> Bool {
         device == other.device && inode == other.inode
+    }
+
+    /// Whether the file may have been written between the look that gave
+    /// `earlier` and this one: another file, another size, or another
+    /// modification or status-change time. (A write within one tick of
+    /// the kernel's file clock can leave all of them as they were.)
+    public func mayDiffer(from earlier: FileStatus) -> Bool {
+        !isSameFile(as: earlier) || size != earlier.size
+            || modified != earlier.modified || statusChanged != earlier.statusChanged
     }
 
     public var isDirectory: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFDIR) }

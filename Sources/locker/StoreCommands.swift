@@ -111,11 +111,24 @@ struct Put: ParsableCommand {
             guard FileManager.default.fileExists(atPath: source, isDirectory: &isDirectory), isDirectory.boolValue else {
                 throw CommandFailure(.notFound, "\(source) is not a local directory")
             }
-            let (count, skipped) = try importTree(store, from: source, to: target)
+            let changes = ChangedSources()
+            let count: Int, skipped: Int
+            do {
+                (count, skipped) = try importTree(store, from: source, to: target, changes: changes)
+                changes.warnEach()
+            } catch {
+                // Said even when the import stops part way: what was
+                // stored stays stored.
+                changes.warnEach()
+                throw error
+            }
             if output.json {
-                try printJSON(["imported": count, "skipped": skipped])
+                try printJSON(["imported": count, "skipped": skipped, "changed": changes.count])
             } else {
-                let also = skipped == 0 ? "" : " (\(skipped) skipped: not regular files; see the warnings)"
+                var notes: [String] = []
+                if skipped > 0 { notes.append("\(skipped) skipped: not regular files") }
+                if changes.count > 0 { notes.append("\(changes.count) changed while read") }
+                let also = notes.isEmpty ? "" : " (" + notes.joined(separator: "; ") + "; see the warnings)"
                 print("Stored \(count) object\(count == 1 ? "" : "s") under \(target)\(also).")
             }
             return
@@ -124,7 +137,8 @@ struct Put: ParsableCommand {
             guard source != "-" else { throw CommandFailure(.usage, "a name is needed when storing standard input", hint: "give PATH as /dir/name") }
             target = target.appending(URL(fileURLWithPath: source).lastPathComponent)
         }
-        let info = try putFile(store, source: source, to: target)
+        let (info, changed) = try putFile(store, source: source, to: target)
+        if changed { warn(ChangedSources.warning(source)) }
         if output.json {
             try printJSON(ObjectReport(info))
         } else {
@@ -134,7 +148,9 @@ struct Put: ParsableCommand {
 
     /// Stores the local file `source` (`-`: standard input). `inTree`: a
     /// file found by `put -r`'s walk (see ``openSource(_:inTree:)``).
-    func putFile(_ store: Store, source: String, to target: StorePath, inTree: Bool = false) throws -> ObjectInfo {
+    /// `changed`: whether the file changed while it was read (see
+    /// ``SourceWatch``; never for standard input).
+    func putFile(_ store: Store, source: String, to target: StorePath, inTree: Bool = false) throws -> (info: ObjectInfo, changed: Bool) {
         let fd: Int32 = source == "-" ? STDIN_FILENO : try openSource(source, inTree: inTree)
         defer { if fd != STDIN_FILENO { Foundation.close(fd) } }
         var st = stat()
@@ -144,7 +160,16 @@ struct Put: ParsableCommand {
         }
         let progress = Progress(total: total)
         defer { progress.finish() }
-        return try store.put(target, protection: self.class?.value, from: readSource(fd), progress: progress.update)
+        // Standard input may have been read from before, so its size says
+        // nothing about what is left of it.
+        var watch = fd == STDIN_FILENO ? nil : SourceWatch(fd)
+        let read = readSource(fd)
+        let info = try store.put(target, protection: self.class?.value, from: { buffer in
+            let n = try read(buffer)
+            watch?.count(n)
+            return n
+        }, progress: progress.update)
+        return (info, watch?.changed() ?? false)
     }
 
     /// Files up to this size are stored in batches (one durability
@@ -190,8 +215,9 @@ struct Put: ParsableCommand {
     /// or back into it without end), and FIFOs, sockets and devices are
     /// not read (a FIFO would block, a device need not end). Each is
     /// skipped with a warning line. Returns how many objects were stored
-    /// and how many entries were skipped.
-    func importTree(_ store: Store, from local: String, to target: StorePath) throws -> (stored: Int, skipped: Int) {
+    /// and how many entries were skipped; the files that changed while
+    /// they were read go into `changes`.
+    func importTree(_ store: Store, from local: String, to target: StorePath, changes: ChangedSources) throws -> (stored: Int, skipped: Int) {
         let dataFileLimit = Self.dataFilesPerBatch()
         var count = 0
         var skipped = 0
@@ -282,10 +308,10 @@ struct Put: ParsableCommand {
         func storeFile(_ localPath: String, _ st: stat, at path: StorePath) throws {
             if UInt64(st.st_size) > Self.batchFileLimit {
                 try flush(drain: true)
-                _ = try putFile(store, source: localPath, to: path, inTree: true)
+                if try putFile(store, source: localPath, to: path, inTree: true).changed { changes.add(localPath) }
                 count += 1
             } else {
-                let file = LocalFileSource(localPath)
+                let file = LocalFileSource(localPath, changes: changes)
                 pending.append(PutBatchItem(path: path, protection: self.class?.value, expectedLength: UInt64(st.st_size), source: file.read))
                 pendingBytes += UInt64(st.st_size)
                 if !store.isAlwaysInline(length: UInt64(st.st_size)) { pendingDataFiles += 1 }
@@ -460,13 +486,19 @@ func openSource(_ path: String, inTree: Bool = false) throws -> Int32 {
 }
 
 /// A local file read for a batch: opened on the first read, closed at its
-/// end, so that a batch does not hold every file open at once.
+/// end, so that a batch does not hold every file open at once. At its end
+/// it is added to `changes` if it changed while it was read.
 final class LocalFileSource {
     private let path: String
+    private let changes: ChangedSources
     private var fd: Int32 = -1
+    private var watch: SourceWatch?
     private var finished = false
 
-    init(_ path: String) { self.path = path }
+    init(_ path: String, changes: ChangedSources) {
+        self.path = path
+        self.changes = changes
+    }
 
     deinit { if fd >= 0 { Foundation.close(fd) } }
 
@@ -474,9 +506,12 @@ final class LocalFileSource {
         if finished { return 0 }
         if fd < 0 {
             fd = try openSource(path, inTree: true)
+            watch = SourceWatch(fd)
         }
         let n = try readSource(fd)(buffer)
+        watch?.count(n)
         if n == 0 {
+            if watch?.changed() == true { changes.add(path) }
             Foundation.close(fd)
             fd = -1
             finished = true

@@ -337,7 +337,85 @@ struct TreeCLITests {
 
             let json = try f.ok(["put", "-r", local, "/again", "--json"], timeout: 20)
             let report = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Int]
-            #expect(report == ["imported": 1, "skipped": 4], "\(json)")
+            #expect(report == ["imported": 1, "skipped": 4, "changed": 0], "\(json)")
+        }
+    }
+
+    /// A file written to while `put` or `put -r` reads it is stored as
+    /// read, with a warning line, and counted in `put -r`'s summary and
+    /// JSON; files left alone are not reported. One writer rewrites a
+    /// byte of a 32 MiB file in place (stored alone, outside batches) and
+    /// appends a byte to a file just under 4 MiB (stored in a batch)
+    /// every half millisecond, for as long as the commands run, so each
+    /// file's size or times move during any read of it.
+    @Test func putWarnsWhenAFileChangesWhileRead() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = f.root + "/changing"
+            try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
+            let moving = local + "/moving.bin"
+            let growing = local + "/growing.log"
+            let contents = pseudoRandomBytes(32 << 20, seed: 7)
+            let start = pseudoRandomBytes((4 << 20) - (64 << 10), seed: 8)
+            #expect(FileManager.default.createFile(atPath: moving, contents: contents))
+            #expect(FileManager.default.createFile(atPath: growing, contents: start))
+            #expect(FileManager.default.createFile(atPath: local + "/still", contents: Data("still".utf8)))
+            func warning(_ path: String) -> String {
+                "locker: warning: \(path) changed while it was read: stored as read, which may mix its old and new contents\n"
+            }
+            func report(_ result: CLIResult) throws -> [String: Int]? {
+                try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Int]
+            }
+
+            // The control first: nothing writes, nothing is reported.
+            let quiet = try f.ok(["put", moving, "/quiet.bin"])
+            #expect(!quiet.stderr.contains("changed while"), "\(quiet)")
+            let quietTree = try f.ok(["put", "-r", local, "/quiet-tree", "--json"])
+            #expect(try report(quietTree) == ["imported": 3, "skipped": 0, "changed": 0], "\(quietTree)")
+            #expect(!quietTree.stderr.contains("changed while"), "\(quietTree)")
+
+            let rewrite = open(moving, O_WRONLY)
+            let append = open(growing, O_WRONLY | O_APPEND)
+            try #require(rewrite >= 0 && append >= 0)
+            defer { close(rewrite); close(append) }
+            let stop = Box(false)
+            let writes = Box(0)
+            let writer = Thread {
+                var same: UInt8 = contents[0]
+                var more: UInt8 = 0x2E
+                while !stop.value {
+                    _ = pwrite(rewrite, &same, 1, 0)
+                    _ = write(append, &more, 1)
+                    writes.update { $0 += 1 }
+                    usleep(500)
+                }
+            }
+            writer.start()
+            defer { stop.update { $0 = true } }
+            while writes.value < 10 { usleep(1000) }
+
+            for path in [moving, growing] {
+                let single = try f.run(["put", path, "/single/"])
+                #expect(single.status == 0, "\(single)")
+                #expect(single.stderr.contains(warning(path)), "\(single)")
+            }
+
+            let tree = try f.run(["put", "-r", local, "/tree"])
+            #expect(tree.status == 0, "\(tree)")
+            #expect(tree.stdout.contains("Stored 3 objects under /tree (2 changed while read; see the warnings)."), "\(tree)")
+            #expect(tree.stderr.contains(warning(moving)) && tree.stderr.contains(warning(growing)), "\(tree)")
+            #expect(!tree.stderr.contains("still"), "\(tree)")
+
+            let json = try f.ok(["put", "-r", local, "/tree-json", "--json"])
+            #expect(try report(json) == ["imported": 3, "skipped": 0, "changed": 2], "\(json)")
+            stop.update { $0 = true }
+
+            // What was stored is what was read: the rewritten byte is the
+            // one that was there, and the growing file only grew.
+            #expect(try f.raw(["get", "/tree/moving.bin"]).stdout == contents)
+            let grown = try f.raw(["get", "/tree/growing.log"]).stdout
+            #expect(grown.count > start.count && grown.prefix(start.count) == start && grown.dropFirst(start.count).allSatisfy { $0 == 0x2E })
+            #expect(try f.ok(["get", "/tree/still"]).stdout == "still")
         }
     }
 

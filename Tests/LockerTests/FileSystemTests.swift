@@ -70,6 +70,54 @@ import Glibc
         #expect(seen.count == 2 && seen[0] != seen[1] && seen[0] & seen[1] == seen[1], "open flags: \(seen)")
     }
 
+    /// `FileStatus` of a descriptor tells a file written since an earlier
+    /// look (its size, modification or status-change time moved), and
+    /// only such a file: what `put` uses to warn about a file that changed
+    /// while it was read. Times are set explicitly, so that no write can
+    /// fall within one tick of the kernel's file clock.
+    @Test func statusTellsAFileWrittenSinceAnEarlierLook() throws {
+        let root = NSTemporaryDirectory() + "lkfs-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let fs = FileSystem()
+        let path = root + "/f"
+        try fs.writeNewFile(path, Array("abc".utf8))
+        let fd = open(path, O_RDWR)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        var past = [timespec(tv_sec: 1_000_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000_000, tv_nsec: 5)]
+        try #require(futimens(fd, &past) == 0)
+
+        let first = try fs.status(of: fd, path: path)
+        #expect(first.size == 3 && first.modified == 1_000_000_000_000_000_005)
+        let again = try fs.status(of: fd, path: path)
+        #expect(!again.mayDiffer(from: first))
+        #expect(again == first)
+
+        // Only the modification time moves (a write of the same size).
+        var later = [past[0], timespec(tv_sec: 1_000_000_000, tv_nsec: 6)]
+        try #require(futimens(fd, &later) == 0)
+        let touched = try fs.status(of: fd, path: path)
+        #expect(touched.size == first.size && touched.modified == first.modified + 1)
+        #expect(touched.mayDiffer(from: first))
+
+        // Only the status-change time moves: the same modification time
+        // set again still changes the inode.
+        var ctimeOnly = first
+        ctimeOnly.statusChanged += 1
+        #expect(ctimeOnly.mayDiffer(from: first))
+
+        // Only the size moves.
+        var grown = first
+        grown.size += 1
+        #expect(grown.mayDiffer(from: first))
+
+        // Another file with the same size and times.
+        var other = first
+        other.inode += 1
+        #expect(other.mayDiffer(from: first))
+    }
+
     /// Listing a store directory leaves its access time alone too (a plain
     /// listing of the same directory does update it here, so the check can
     /// fail), with the same fallback where the kernel refuses the flag.

@@ -1,0 +1,58 @@
+import Foundation
+import LockerIO
+
+/// Tells whether a local file changed while it was being read to be
+/// stored, as tar's "file changed as we read it" does. The object stored
+/// is what was read; if the file was written meanwhile, that may mix old
+/// and new contents, and the user is told.
+///
+/// It changed if its size, modification time or status-change time at the
+/// end of the read differ from those at the open, or if the bytes read are
+/// not its size. Standard input and other streams are not watched.
+struct SourceWatch {
+    private let fd: Int32
+    private let opened: FileStatus?
+    private(set) var bytesRead: UInt64 = 0
+
+    /// Looks at `fd` as it is now, just after the open. A descriptor
+    /// that is not a regular file is never reported.
+    init(_ fd: Int32) {
+        self.fd = fd
+        let status = try? FileSystem().status(of: fd, path: "")
+        opened = status.flatMap { $0.mode & UInt32(S_IFMT) == UInt32(S_IFREG) ? $0 : nil }
+    }
+
+    mutating func count(_ n: Int) { bytesRead += UInt64(n) }
+
+    /// Whether the file changed since the open, as far as a look now can
+    /// tell. Call it after the last read, before the descriptor closes.
+    func changed() -> Bool {
+        guard let opened else { return false }
+        // A file that can no longer be looked at is not reported: the read
+        // itself succeeded, and nothing says it changed.
+        guard let now = try? FileSystem().status(of: fd, path: "") else { return false }
+        return now.mayDiffer(from: opened) || bytesRead != now.size
+    }
+}
+
+/// The local files `put -r` found changed while it read them. Safe to
+/// add to from the threads that read a batch ahead.
+final class ChangedSources: @unchecked Sendable {
+    private let lock = NSLock()
+    private var paths: [String] = []
+
+    func add(_ path: String) { lock.withLock { paths.append(path) } }
+
+    var count: Int { lock.withLock { paths.count } }
+
+    /// One warning line per file, in path order.
+    func warnEach() {
+        for path in lock.withLock({ paths.sorted() }) {
+            warn(Self.warning(path))
+        }
+    }
+
+    static func warning(_ path: String) -> String {
+        "\(path) changed while it was read: stored as read, which may mix its old and new contents"
+    }
+}
