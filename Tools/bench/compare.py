@@ -7,6 +7,7 @@ Subcommands:
   gen-small DIR COUNT SEED     COUNT files of 1..16 KiB, half text, half random
   report RESULTS KV            the Markdown report from the raw measurements
   median X...                  median, min and max
+  order SEED TOOL...           the tools in a shuffled order, seeded by SEED
 
 Everything generated is a function of the seed and of the text files found
 under /usr/include and /usr/share (walked in sorted order).
@@ -234,6 +235,11 @@ def report(results, kvpath):
     P("| disk write, 1 GiB with fsync (`dd conv=fsync`) | %s MB/s |" % g("disk"))
     if "damon" in kv:
         P("| DAMON proactive reclaim (kdamond) | %s |" % g("damon"))
+    if "rss_c" in kv:
+        P("| peak RSS of a C program that does nothing (`true`) | %.1f MiB |" % (float(kv["rss_c"].split()[0]) / 1024))
+    if "rss_swift" in kv:
+        P("| peak RSS of a Swift program that prints one line, linked as Locker is (`-static-stdlib`, Foundation) | %.1f MiB |"
+          % (float(kv["rss_swift"].split()[0]) / 1024))
     P()
     cs = cells(rows)
     nruns = max([len(rs) for c in cs.values() for rs in c.values()] or [0])
@@ -404,6 +410,14 @@ def median_cmd(values):
     print("%.4f %.4f %.4f" % (med(xs), min(xs), max(xs)))
 
 
+def order_cmd(seed, tools):
+    """One round's running order: a shuffle seeded by a string (the
+    dataset and round), the same on every rerun."""
+    tools = list(tools)
+    random.Random(seed).shuffle(tools)
+    print(" ".join(tools))
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -416,6 +430,8 @@ def main():
         report(args[0], args[1])
     elif cmd == "median":
         median_cmd(args)
+    elif cmd == "order":
+        order_cmd(args[0], args[1:])
     else:
         sys.exit("compare.py: error: unknown subcommand %r" % cmd)
 

@@ -208,6 +208,18 @@ damon=$(cat /sys/kernel/mm/damon/admin/kdamonds/*/state 2>/dev/null | grep -c '^
 put_kv disk "$(dd if=/dev/zero of="$work/dd.test" bs=1M count=1024 conv=fsync 2>&1 \
   | awk '/copied/ {printf "%.0f", 1073741824 / $(NF-3) / 1e6}')"
 rm -f "$work/dd.test"
+# The least memory a process takes here: a C program that does nothing
+# (`true`), and a Swift program linked as Locker's release binary is (the
+# Swift runtime and Foundation inside it) that prints one line. No tool
+# written in Swift gets below the second.
+med() { python3 "$py" median "$@"; }
+rss_of() { local r=() k; for k in 1 2 3 4 5; do r+=("$(/usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1)"); done; med "${r[@]}"; }
+put_kv rss_c "$(rss_of true)"
+printf 'import Foundation\nprint(ProcessInfo.processInfo.arguments.count)\n' > "$work/floor.swift"
+if command -v swiftc >/dev/null && swiftc -O -static-stdlib "$work/floor.swift" -o "$work/floor" >/dev/null 2>&1; then
+  put_kv rss_swift "$(rss_of "$work/floor")"
+fi
+rm -f "$work/floor.swift" "$work/floor"
 
 # ---------------------------------------------------------------- tools
 pw="benchmark-passphrase"
@@ -355,7 +367,11 @@ printf '1234\n' | "$L" init --passcode-stdin --store "$work/store-init" >/dev/nu
 LOCKER_STORE="$work/store-init" "$L" status >/dev/null || die "locker status failed"
 
 # run_dataset NAME KIND SRC: warm-up + $runs rounds; each round runs every
-# tool once (store, then fetch), in an order that rotates each round.
+# tool once (store, then fetch), in an order shuffled each round. A rotation
+# would put each tool after the same one every round, and what a tool
+# leaves behind (dirty pages, freed inodes) then always lands on the same
+# next tool. The shuffle is seeded by the dataset and round, so a rerun
+# uses the same orders.
 run_dataset() {
   local ds=$1 kind=$2 src=$3 bytes want files i t n=${#tools[@]} order line
   local dir="$src"; [ "$kind" = file ] && dir="$(dirname "$src")"
@@ -364,8 +380,7 @@ run_dataset() {
     export R="$work/round"
     rm -rf "$R"; mkdir -p "$R"
     export LOCKER_STORE="$R/locker-store"
-    order=()
-    for j in $(seq 0 $((n - 1))); do order+=("${tools[$(((j + i) % n))]}"); done
+    read -r -a order < <(python3 "$py" order "$ds-$i" "${tools[@]}")
     for t in "${order[@]}"; do prep "$t"; done
     line="put:"
     for t in "${order[@]}"; do
@@ -404,8 +419,6 @@ run_dataset small dir "$D/small"
 
 # ---------------------------------------------------------------- Locker-only
 sec() { local t0=$EPOCHREALTIME; "$@" > /dev/null 2>&1 || die "failed: $*"; awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.4f\n", b - a}'; }
-med() { python3 "$py" median "$@"; }
-
 log "ranged get of 1 MiB from the middle of a ${mib} MiB object vs a full get"
 export LOCKER_STORE="$work/store-x"
 "$L" put "$D/textfile/text.bin" /text --class C >/dev/null
