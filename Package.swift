@@ -98,7 +98,7 @@ let package = Package(
         ),
         .testTarget(
             name: "LockerTests",
-            dependencies: ["Locker", "LockerDevice", "LockerFormat", "LockerCrypto", "LockerIO"]
+            dependencies: ["Locker", "LockerDevice", "LockerFormat", "LockerCrypto", "LockerIO", "CLockerSupport"]
         ),
         .testTarget(
             name: "LockerDeviceTests",

@@ -257,13 +257,26 @@ public struct FileSystem: Sendable {
         try openForReading(path, extraFlags: 0)
     }
 
-    /// Opens `path` as ``openForReading(_:)`` does, but fails with ELOOP
-    /// if it is a symbolic link, and without waiting for a writer if it
-    /// is a FIFO (`O_NONBLOCK`, which changes nothing for a regular file):
-    /// for a file found in a walk, which may have been replaced since it
-    /// was looked at. The caller checks what it opened.
-    public func openWithoutFollowing(_ path: String) throws(IOError) -> Int32 {
-        try openForReading(path, extraFlags: O_NOFOLLOW | O_NONBLOCK)
+    /// Opens `relative` for reading below the directory open as `root`
+    /// (`root` itself for `"."`), as ``openForReading(_:)`` opens a path,
+    /// but following no symbolic link anywhere in `relative` (ELOOP), never
+    /// reaching outside `root` (EXDEV), and without waiting for a writer if
+    /// it is a FIFO (`O_NONBLOCK`, which changes nothing for a regular
+    /// file): for a file or directory a walk of the tree below `root`
+    /// found, when it or anything on its way may have been replaced since.
+    /// The caller checks what it opened. `directory`: it must be one
+    /// (ENOTDIR). `name` is the path errors give.
+    public func openBeneath(_ root: Int32, _ relative: String, directory: Bool = false, name: String) throws(IOError) -> Int32 {
+        let flags = O_RDONLY | O_NONBLOCK | (directory ? O_DIRECTORY : 0)
+        do {
+            return try openBeneath(root, relative, flags | Self.noAccessTime, name: name)
+        } catch where error.errno == EPERM {
+            return try openBeneath(root, relative, flags, name: name)
+        }
+    }
+
+    private func openBeneath(_ root: Int32, _ relative: String, _ flags: Int32, name: String) throws(IOError) -> Int32 {
+        Int32(try retrying("open", name) { Int(syscalls.openBeneath(root, relative, flags)) })
     }
 
     /// Opens the directory `path` for listing, as ``openForReading(_:)``

@@ -14,6 +14,11 @@ internal import Glibc
 /// them fail.
 public struct Syscalls: Sendable {
     public var open: @Sendable (_ path: String, _ flags: Int32, _ mode: UInt32) -> Int32
+    /// Opens `relative` below the directory open as `root`, following no
+    /// symbolic link in it and never leaving `root` (openat2(2) with
+    /// RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or one component at a time
+    /// with O_NOFOLLOW where the kernel lacks it).
+    public var openBeneath: @Sendable (_ root: Int32, _ relative: String, _ flags: Int32) -> Int32
     /// The descriptor is released even when this fails (Linux), so it is
     /// never retried.
     public var close: @Sendable (_ fd: Int32) -> Int32
@@ -44,6 +49,7 @@ public struct Syscalls: Sendable {
     /// The kernel's calls.
     public static let system = Syscalls(
         open: { Glibc.open($0, $1, mode_t($2)) },
+        openBeneath: { locker_open_beneath($0, $1, $2) },
         close: { Glibc.close($0) },
         read: { Glibc.read($0, $1.baseAddress, $1.count) },
         pread: { Glibc.pread($0, $1.baseAddress, $1.count, off_t($2)) },

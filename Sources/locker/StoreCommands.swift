@@ -146,12 +146,13 @@ struct Put: ParsableCommand {
         }
     }
 
-    /// Stores the local file `source` (`-`: standard input). `inTree`: a
-    /// file found by `put -r`'s walk (see ``openSource(_:inTree:)``).
+    /// Stores the local file `source` (`-`: standard input). `tree`: the
+    /// tree `put -r` walks, in which it found `source` (see
+    /// ``openSource(_:in:)``).
     /// `changed`: whether the file changed while it was read (see
     /// ``SourceWatch``; never for standard input).
-    func putFile(_ store: Store, source: String, to target: StorePath, inTree: Bool = false) throws -> (info: ObjectInfo, changed: Bool) {
-        let fd: Int32 = source == "-" ? STDIN_FILENO : try openSource(source, inTree: inTree)
+    func putFile(_ store: Store, source: String, to target: StorePath, in tree: LocalTree? = nil) throws -> (info: ObjectInfo, changed: Bool) {
+        let fd: Int32 = source == "-" ? STDIN_FILENO : try openSource(source, in: tree)
         defer { if fd != STDIN_FILENO { Foundation.close(fd) } }
         var st = stat()
         let total: UInt64? = fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG ? UInt64(st.st_size) : nil
@@ -231,10 +232,14 @@ struct Put: ParsableCommand {
         // Commits, one batch at a time, on a thread of their own.
         let commits = BackgroundJob()
         defer { _ = try? commits.wait() }
+        // Everything below `local` is opened relative to it, through no
+        // symbolic link: a directory of the tree replaced by a link during
+        // the import cannot make it read files outside.
+        let localTree = try LocalTree(local)
         // The tree's directories first: the new ones staged with one sync.
         var directories: [StorePath] = [target]
         func collect(_ local: String, _ target: StorePath) throws {
-            for name in try localSubdirectories(of: local) {
+            for name in try localSubdirectories(of: local, in: localTree) {
                 directories.append(target.appending(name))
                 try collect(local + "/" + name, target.appending(name))
             }
@@ -282,7 +287,7 @@ struct Put: ParsableCommand {
             }
             // A directory that vanished since the walk began is skipped,
             // as a vanished file is.
-            guard let names = try localEntryNamesIfPresent(of: local) else { return }
+            guard let names = try localEntryNamesIfPresent(of: local, in: localTree) else { return }
             let isNew = tree?.isNew(target) ?? false
             for name in names.sorted() {
                 let localPath = local + "/" + name
@@ -308,10 +313,10 @@ struct Put: ParsableCommand {
         func storeFile(_ localPath: String, _ st: stat, at path: StorePath) throws {
             if UInt64(st.st_size) > Self.batchFileLimit {
                 try flush(drain: true)
-                if try putFile(store, source: localPath, to: path, inTree: true).changed { changes.add(localPath) }
+                if try putFile(store, source: localPath, to: path, in: localTree).changed { changes.add(localPath) }
                 count += 1
             } else {
-                let file = LocalFileSource(localPath, changes: changes)
+                let file = LocalFileSource(localPath, in: localTree, changes: changes)
                 pending.append(PutBatchItem(path: path, protection: self.class?.value, expectedLength: UInt64(st.st_size), source: file.read))
                 pendingBytes += UInt64(st.st_size)
                 if !store.isAlwaysInline(length: UInt64(st.st_size)) { pendingDataFiles += 1 }
@@ -349,12 +354,59 @@ struct Put: ParsableCommand {
     }
 }
 
+/// The local directory `put -r` stores, open for the whole import (SRC
+/// itself may be a symbolic link to a directory). Every file and
+/// directory below it is opened relative to it, following no symbolic
+/// link on the way (``FileSystem/openBeneath(_:_:directory:name:)``):
+/// checking each entry with lstat(2) and then opening it by path would
+/// follow a directory above it that was replaced by a link in between.
+final class LocalTree: @unchecked Sendable {
+    /// SRC as given: every path below it starts with `path + "/"`.
+    let path: String
+    private let fd: Int32
+
+    init(_ path: String) throws {
+        self.path = path
+        do {
+            fd = try FileSystem().openDirectoryForReading(path)
+        } catch {
+            throw CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(path): \(String(cString: strerror(error.errno)))")
+        }
+    }
+
+    deinit { Foundation.close(fd) }
+
+    /// Opens `local`, which is `path` or a path below it, for reading: a
+    /// directory (ENOTDIR otherwise) or, without `directory`, whatever is
+    /// there (the caller checks what it opened). A symbolic link on the
+    /// way fails with ELOOP.
+    func open(_ local: String, directory: Bool) throws(IOError) -> Int32 {
+        let relative: String
+        if local == path {
+            relative = "."
+        } else {
+            precondition(local.hasPrefix(path + "/"), "\(local) is not below \(path)")
+            relative = String(local.dropFirst(path.count + 1))
+        }
+        return try FileSystem().openBeneath(fd, relative, directory: directory, name: local)
+    }
+}
+
+/// Why `local`, below the tree, could not be opened: one error line (66
+/// if it does not exist).
+private func openFailure(_ local: String, _ error: IOError) -> CommandFailure {
+    let reason = error.errno == ELOOP || error.errno == EXDEV
+        ? "it, or a directory on its way, is now a symbolic link (not followed)"
+        : String(cString: strerror(error.errno))
+    return CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(local): \(reason)")
+}
+
 /// The names of the directories in `local` (not symbolic links to
 /// directories: `put -r` does not follow links), from the entry types
 /// readdir(3) gives: no stat for each file.
-func localSubdirectories(of local: String) throws -> [String] {
+func localSubdirectories(of local: String, in tree: LocalTree) throws -> [String] {
     var names: [String] = []
-    try readLocalDirectory(local) { name, type in
+    try readLocalDirectory(local, in: tree) { name, type in
         switch Int32(type) {
         case Int32(DT_DIR): names.append(name)
         case Int32(DT_UNKNOWN):
@@ -385,10 +437,10 @@ func warn(_ message: String) {
 }
 
 /// The names in `local`, "." and ".." left out; nil if it does not exist.
-func localEntryNamesIfPresent(of local: String) throws -> [String]? {
+func localEntryNamesIfPresent(of local: String, in tree: LocalTree) throws -> [String]? {
     var names: [String] = []
     do {
-        try readLocalDirectory(local) { name, _ in names.append(name) }
+        try readLocalDirectory(local, in: tree) { name, _ in names.append(name) }
     } catch let failure as CommandFailure where failure.status == .notFound {
         return nil
     }
@@ -397,14 +449,14 @@ func localEntryNamesIfPresent(of local: String) throws -> [String]? {
 
 /// Calls `body` with each entry's name and readdir(3) type. A directory
 /// that cannot be read is one error line (66 if it does not exist).
-private func readLocalDirectory(_ local: String, _ body: (String, UInt8) -> Void) throws {
+private func readLocalDirectory(_ local: String, in tree: LocalTree, _ body: (String, UInt8) -> Void) throws {
     // Opened as store directories are: `put -r` does not mark the user's
     // directories as read.
     let fd: Int32
     do {
-        fd = try FileSystem().openDirectoryForReading(local)
+        fd = try tree.open(local, directory: true)
     } catch {
-        throw CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(local): \(String(cString: strerror(error.errno)))")
+        throw openFailure(local, error)
     }
     guard let stream = fdopendir(fd) else {
         let message = String(cString: strerror(errno))
@@ -465,20 +517,25 @@ final class Prefetch<Value>: @unchecked Sendable {
 
 /// Opens a local file to store, leaving its access time alone where the
 /// kernel allows (as backup tools do: reading a file to store it is not
-/// the user reading it). `inTree`: a file `put -r`'s walk found, which may
-/// have been replaced since the walk looked at it: never opened through
-/// a symbolic link, never waited on if it is now a FIFO, and anything but
-/// a regular file is one error line.
-func openSource(_ path: String, inTree: Bool = false) throws -> Int32 {
+/// the user reading it). `tree`: the tree `put -r` walks, in which it
+/// found `path`, which may have been replaced since the walk looked at
+/// it: opened relative to the tree through no symbolic link, never waited
+/// on if it is now a FIFO, and anything but a regular file is one error
+/// line.
+func openSource(_ path: String, in tree: LocalTree? = nil) throws -> Int32 {
     let fd: Int32
-    do {
-        fd = try inTree ? FileSystem().openWithoutFollowing(path) : FileSystem().openForReading(path)
+    do throws(IOError) {
+        if let tree {
+            fd = try tree.open(path, directory: false)
+        } else {
+            fd = try FileSystem().openForReading(path)
+        }
     } catch {
-        let reason = inTree && error.errno == ELOOP ? "it is now a symbolic link" : String(cString: strerror(error.errno))
-        throw CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(path): \(reason)")
+        if tree != nil { throw openFailure(path, error) }
+        throw CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(path): \(String(cString: strerror(error.errno)))")
     }
     var st = stat()
-    if inTree, fstat(fd, &st) != 0 || st.st_mode & S_IFMT != S_IFREG {
+    if tree != nil, fstat(fd, &st) != 0 || st.st_mode & S_IFMT != S_IFREG {
         Foundation.close(fd)
         throw CommandFailure(.failure, "cannot read \(path): it is no longer a regular file")
     }
@@ -490,13 +547,15 @@ func openSource(_ path: String, inTree: Bool = false) throws -> Int32 {
 /// it is added to `changes` if it changed while it was read.
 final class LocalFileSource {
     private let path: String
+    private let tree: LocalTree
     private let changes: ChangedSources
     private var fd: Int32 = -1
     private var watch: SourceWatch?
     private var finished = false
 
-    init(_ path: String, changes: ChangedSources) {
+    init(_ path: String, in tree: LocalTree, changes: ChangedSources) {
         self.path = path
+        self.tree = tree
         self.changes = changes
     }
 
@@ -505,7 +564,7 @@ final class LocalFileSource {
     func read(_ buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         if finished { return 0 }
         if fd < 0 {
-            fd = try openSource(path, inTree: true)
+            fd = try openSource(path, in: tree)
             watch = SourceWatch(fd)
         }
         let n = try readSource(fd)(buffer)

@@ -230,12 +230,14 @@ final class BackgroundRun {
     private let exited = DispatchSemaphore(value: 0)
     private let finished = Box(false)
 
-    init(_ fixture: CLIFixture, _ arguments: [String]) throws {
+    /// `stderr`: a file to write its standard error to (else /dev/null).
+    init(_ fixture: CLIFixture, _ arguments: [String], stderr: String? = nil) throws {
         process.executableURL = URL(fileURLWithPath: CLIFixture.lockerPath)
         process.arguments = arguments
         process.environment = fixture.environment
         process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
-        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        if let stderr { _ = FileManager.default.createFile(atPath: stderr, contents: nil) }
+        process.standardError = FileHandle(forWritingAtPath: stderr ?? "/dev/null")
         let pipe = Pipe()
         process.standardOutput = pipe
         let handle = pipe.fileHandleForReading

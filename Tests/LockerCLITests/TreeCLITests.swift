@@ -46,6 +46,17 @@ struct TreeCLITests {
         return (local, try makeTree(local, version: version))
     }
 
+    /// A new store, a local directory `<root>/<name>` holding the empty
+    /// `subdirectory`, and an empty `<root>/outside` for links to lead to.
+    private func treeBesideOutside(_ f: CLIFixture, _ name: String, subdirectory: String) throws -> (local: String, outside: String) {
+        try f.initialize()
+        let local = f.root + "/" + name
+        let outside = f.root + "/outside"
+        try FileManager.default.createDirectory(atPath: local + "/" + subdirectory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        return (local, outside)
+    }
+
     private func localFiles(_ root: String) -> [String] {
         (FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String } ?? []).sorted()
     }
@@ -310,11 +321,7 @@ struct TreeCLITests {
     /// directory.
     @Test func treeSkipsLinksAndSpecialFiles() throws {
         try withStoreFixture { f in
-            try f.initialize()
-            let local = f.root + "/linked"
-            let outside = f.root + "/outside"
-            try FileManager.default.createDirectory(atPath: local + "/sub", withIntermediateDirectories: true)
-            try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+            let (local, outside) = try treeBesideOutside(f, "linked", subdirectory: "sub")
             #expect(FileManager.default.createFile(atPath: local + "/sub/kept", contents: Data("kept".utf8)))
             #expect(FileManager.default.createFile(atPath: outside + "/secret", contents: Data("outside".utf8)))
             try #require(symlink(outside + "/secret", local + "/file-link") == 0)
@@ -416,6 +423,51 @@ struct TreeCLITests {
             let grown = try f.raw(["get", "/tree/growing.log"]).stdout
             #expect(grown.count > start.count && grown.prefix(start.count) == start && grown.dropFirst(start.count).allSatisfy { $0 == 0x2E })
             #expect(try f.ok(["get", "/tree/still"]).stdout == "still")
+        }
+    }
+
+    /// `put -r` opens every file relative to SRC, through no symbolic
+    /// link: a directory of the tree replaced by a link to a directory
+    /// outside, after the walk saw it and before its files are read, fails
+    /// the import with one line, and nothing from outside is stored.
+    ///
+    /// The files of more than 56 KiB in a directory the import creates are
+    /// stored after the walk, in walk order: here a 256 MiB file, then
+    /// `b-dir/secret.bin`. Once the command has the large file open (seen
+    /// in /proc), `b-dir` is swapped for a link; the small file is read
+    /// after the large one is stored.
+    @Test func treeReadsNoFileThroughADirectoryReplacedByALink() throws {
+        try withStoreFixture { f in
+            let (local, outside) = try treeBesideOutside(f, "tree", subdirectory: "b-dir")
+            let big = local + "/a-big.bin"
+            try #require(FileManager.default.createFile(atPath: big, contents: nil))
+            try #require(truncate(big, 256 << 20) == 0)
+            let inside = pseudoRandomBytes(100 << 10, seed: 1)
+            let secret = pseudoRandomBytes(100 << 10, seed: 2)
+            #expect(FileManager.default.createFile(atPath: local + "/b-dir/secret.bin", contents: inside))
+            #expect(FileManager.default.createFile(atPath: outside + "/secret.bin", contents: secret))
+
+            let errors = f.root + "/put.err"
+            let run = try BackgroundRun(f, ["put", "-r", local, "/t"], stderr: errors)
+            defer { run.stop() }
+            let pid = run.process.processIdentifier
+            func hasOpen(_ path: String) -> Bool {
+                let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+                return fds.contains { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)")) == path }
+            }
+            let deadline = Date().addingTimeInterval(30)
+            while !hasOpen(big), Date() < deadline, run.waitForExit(seconds: 0) == nil { usleep(200) }
+            try #require(hasOpen(big), "the command never had \(big) open")
+            try FileManager.default.moveItem(atPath: local + "/b-dir", toPath: f.root + "/b-dir-moved")
+            try #require(symlink(outside, local + "/b-dir") == 0)
+
+            let status = run.waitForExit(seconds: 60)
+            let stderr = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+            #expect(status == 1, "exit \(String(describing: status)): \(stderr)")
+            #expect(stderr.contains("locker: error: cannot read \(local)/b-dir/secret.bin: it, or a directory on its way, is now a symbolic link (not followed)"), "\(stderr)")
+            let stored = try f.raw(["get", "/t/b-dir/secret.bin"])
+            #expect(stored.stdout != secret, "a file from outside the tree was stored")
+            #expect(stored.status == 66, "\(stored)")
         }
     }
 

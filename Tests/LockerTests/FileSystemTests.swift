@@ -1,3 +1,4 @@
+import CLockerSupport
 import Foundation
 import LockerIO
 import Synchronization
@@ -116,6 +117,64 @@ import Glibc
         var other = first
         other.inode += 1
         #expect(other.mayDiffer(from: first))
+    }
+
+    /// `openBeneath` opens what lies below a directory descriptor and
+    /// nothing else: a symbolic link anywhere on the way (to a file or a
+    /// directory outside, or inside) fails with ELOOP, a path that climbs
+    /// out or is absolute with EXDEV, and the same holds for the
+    /// component-by-component walk used where the kernel has no openat2.
+    @Test func openBeneathFollowsNoLinkAndStaysBelow() throws {
+        let root = NSTemporaryDirectory() + "lkfs-" + UUID().uuidString.prefix(8)
+        let fm = FileManager.default
+        try fm.createDirectory(atPath: root + "/tree/dir/deeper", withIntermediateDirectories: true)
+        try fm.createDirectory(atPath: root + "/outside", withIntermediateDirectories: true)
+        defer { try? fm.removeItem(atPath: root) }
+        let fs = FileSystem()
+        try fs.writeNewFile(root + "/tree/dir/deeper/file", Array("inside".utf8))
+        try fs.writeNewFile(root + "/outside/secret", Array("outside".utf8))
+        try #require(symlink(root + "/outside", root + "/tree/dir-link") == 0)
+        try #require(symlink(root + "/outside/secret", root + "/tree/dir/file-link") == 0)
+        try #require(symlink("deeper", root + "/tree/dir/inner-link") == 0)
+        let tree = open(root + "/tree", O_RDONLY | O_DIRECTORY)
+        try #require(tree >= 0)
+        defer { close(tree) }
+
+        func contents(_ fd: Int32) -> String {
+            var buffer = [UInt8](repeating: 0, count: 64)
+            let n = read(fd, &buffer, buffer.count)
+            close(fd)
+            return String(decoding: buffer.prefix(max(0, n)), as: UTF8.self)
+        }
+        #expect(contents(try fs.openBeneath(tree, "dir/deeper/file", name: "file")) == "inside")
+        let directory = try fs.openBeneath(tree, "dir/deeper", directory: true, name: "deeper")
+        close(directory)
+        let top = try fs.openBeneath(tree, ".", directory: true, name: "tree")
+        close(top)
+
+        let refused: [(String, Bool, Int32)] = [
+            ("dir-link/secret", false, ELOOP), ("dir-link", true, ELOOP), ("dir/file-link", false, ELOOP),
+            ("dir/inner-link/file", false, ELOOP), ("../outside/secret", false, EXDEV),
+            (root + "/outside/secret", false, EXDEV), ("dir/deeper/file", true, ENOTDIR), ("dir/none", false, ENOENT),
+        ]
+        for (path, directory, errno) in refused {
+            #expect(throws: IOError.self, "\(path)") { _ = try fs.openBeneath(tree, path, directory: directory, name: path) }
+            do {
+                let fd = try fs.openBeneath(tree, path, directory: directory, name: path)
+                close(fd)
+            } catch {
+                #expect(error.errno == errno, "\(path): \(error)")
+            }
+            // The same without openat2.
+            let flags = O_RDONLY | (directory ? O_DIRECTORY : 0)
+            let fd = locker_open_beneath_by_components(tree, path, flags)
+            let walkErrno = Glibc.errno
+            if fd >= 0 { close(fd) }
+            #expect(fd < 0 && walkErrno == errno, "walk \(path): \(fd) errno \(walkErrno)")
+        }
+        let walked = locker_open_beneath_by_components(tree, "dir/deeper/file", O_RDONLY)
+        try #require(walked >= 0)
+        #expect(contents(walked) == "inside")
     }
 
     /// Listing a store directory leaves its access time alone too (a plain

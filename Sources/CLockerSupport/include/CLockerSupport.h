@@ -36,4 +36,19 @@ int locker_o_direct(void);
 // any. Returns 0, or -1 with errno (ENOSYS on an older kernel).
 int locker_cached_pages(int fd, unsigned long long *pages);
 
+// Opens `relative` below the directory `root` with `flags`, following no
+// symbolic link anywhere in it and never leaving `root` (a link fails with
+// ELOOP; an absolute path, or one that climbs out, with EXDEV): openat2(2)
+// with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or where the kernel lacks
+// it, one component at a time with O_NOFOLLOW (which refuses any "..").
+// O_NOFOLLOW and O_CLOEXEC are added.
+// Returns the descriptor, or -1 with errno.
+int locker_open_beneath(int root, const char *relative, int flags);
+
+// What locker_open_beneath does where the kernel has no openat2(2): each
+// directory on the way opened with O_PATH | O_DIRECTORY | O_NOFOLLOW below
+// the last, the last component with `flags` | O_NOFOLLOW; ".." fails with
+// EXDEV, as does an absolute path, and an empty path with ENOENT.
+int locker_open_beneath_by_components(int root, const char *relative, int flags);
+
 #endif
