@@ -103,24 +103,32 @@ int locker_open_beneath_by_components(int root, const char *relative, int flags)
     }
 }
 
+// Set once openat2 is found refused for what it is, not for its flags: from
+// then on every open takes the walk.
+static int openat2_refused;
+
 int locker_open_beneath(int root, const char *relative, int flags) {
-    struct locker_open_how how = {
-        (unsigned long long)(flags | O_NOFOLLOW | O_CLOEXEC), 0,
-        LOCKER_RESOLVE_BENEATH | LOCKER_RESOLVE_NO_SYMLINKS };
-    long fd = syscall(__NR_openat2, root, relative, &how, sizeof how);
-    if (fd >= 0) return (int)fd;
-    int saved = errno;
-    // A directory asked for that is a link fails with ENOTDIR: say ELOOP.
-    // (This look only chooses the error.)
-    struct stat st;
-    if (saved == ENOTDIR && fstatat(root, relative, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
-        saved = ELOOP;
-    // ENOSYS: a kernel before 5.6; EPERM: a sandbox that refuses system
-    // calls it does not know (or O_NOATIME refused, which the walk will
-    // report again).
-    if (saved != ENOSYS && saved != EPERM) {
-        errno = saved;
-        return -1;
+    if (!__atomic_load_n(&openat2_refused, __ATOMIC_RELAXED)) {
+        struct locker_open_how how = {
+            (unsigned long long)(flags | O_NOFOLLOW | O_CLOEXEC), 0,
+            LOCKER_RESOLVE_BENEATH | LOCKER_RESOLVE_NO_SYMLINKS };
+        long fd = syscall(__NR_openat2, root, relative, &how, sizeof how);
+        if (fd >= 0) return (int)fd;
+        int saved = errno;
+        // A directory asked for that is a link fails with ENOTDIR: say
+        // ELOOP. (This look only chooses the error.)
+        struct stat st;
+        if (saved == ENOTDIR && fstatat(root, relative, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+            saved = ELOOP;
+        // ENOSYS: a kernel before 5.6. EPERM without O_NOATIME: a sandbox
+        // that refuses system calls it does not know. EPERM with O_NOATIME
+        // is most likely the flag refused (a file the caller does not own),
+        // which the caller retries without it.
+        if (saved != ENOSYS && !(saved == EPERM && !(flags & O_NOATIME))) {
+            errno = saved;
+            return -1;
+        }
+        __atomic_store_n(&openat2_refused, 1, __ATOMIC_RELAXED);
     }
     return locker_open_beneath_by_components(root, relative, flags);
 }

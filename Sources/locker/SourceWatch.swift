@@ -7,31 +7,29 @@ import LockerIO
 /// and new contents, and the user is told.
 ///
 /// It changed if its size, modification time or status-change time at the
-/// end of the read differ from those at the open, or if the bytes read are
-/// not its size. Standard input and other streams are not watched.
+/// end of the read differ from those at the open. (The bytes read are not
+/// compared with the size: files in /proc and /sys give more or fewer than
+/// their size says.) Standard input and other streams are not watched.
 struct SourceWatch {
     private let fd: Int32
     private let opened: FileStatus?
-    private(set) var bytesRead: UInt64 = 0
 
-    /// Looks at `fd` as it is now, just after the open. A descriptor
-    /// that is not a regular file is never reported.
-    init(_ fd: Int32) {
+    /// `opened`: what `fd` was just after the open. A descriptor that is
+    /// not a regular file is never reported.
+    init(_ fd: Int32, opened: FileStatus?) {
         self.fd = fd
-        let status = try? FileSystem().status(of: fd, path: "")
-        opened = status.flatMap { $0.mode & UInt32(S_IFMT) == UInt32(S_IFREG) ? $0 : nil }
+        self.opened = opened.flatMap { $0.mode & UInt32(S_IFMT) == UInt32(S_IFREG) ? $0 : nil }
     }
 
-    mutating func count(_ n: Int) { bytesRead += UInt64(n) }
-
     /// Whether the file changed since the open, as far as a look now can
-    /// tell. Call it after the last read, before the descriptor closes.
+    /// tell. Call it once the last read has returned 0, before the
+    /// descriptor closes: a write after that is not this read's concern.
     func changed() -> Bool {
         guard let opened else { return false }
         // A file that can no longer be looked at is not reported: the read
         // itself succeeded, and nothing says it changed.
         guard let now = try? FileSystem().status(of: fd, path: "") else { return false }
-        return now.mayDiffer(from: opened) || bytesRead != now.size
+        return now.mayDiffer(from: opened)
     }
 }
 

@@ -152,25 +152,27 @@ struct Put: ParsableCommand {
     /// `changed`: whether the file changed while it was read (see
     /// ``SourceWatch``; never for standard input).
     func putFile(_ store: Store, source: String, to target: StorePath, in tree: LocalTree? = nil) throws -> (info: ObjectInfo, changed: Bool) {
-        let fd: Int32 = source == "-" ? STDIN_FILENO : try openSource(source, in: tree)
+        let (fd, status) = source == "-"
+            ? (STDIN_FILENO, try? FileSystem().status(of: STDIN_FILENO, path: "standard input"))
+            : try openSource(source, in: tree)
         defer { if fd != STDIN_FILENO { Foundation.close(fd) } }
-        var st = stat()
-        let total: UInt64? = fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG ? UInt64(st.st_size) : nil
-        if fd != STDIN_FILENO, (st.st_mode & S_IFMT) == S_IFDIR {
+        let isRegular = status.map { $0.mode & UInt32(S_IFMT) == UInt32(S_IFREG) } ?? false
+        if fd != STDIN_FILENO, status?.isDirectory == true {
             throw CommandFailure(.usage, "\(source) is a directory", hint: "use -r to import a directory tree")
         }
-        let progress = Progress(total: total)
+        let progress = Progress(total: isRegular ? status?.size : nil)
         defer { progress.finish() }
         // Standard input may have been read from before, so its size says
         // nothing about what is left of it.
-        var watch = fd == STDIN_FILENO ? nil : SourceWatch(fd)
+        let watch = fd == STDIN_FILENO ? nil : SourceWatch(fd, opened: status)
         let read = readSource(fd)
+        var changed = false
         let info = try store.put(target, protection: self.class?.value, from: { buffer in
             let n = try read(buffer)
-            watch?.count(n)
+            if n == 0, let watch { changed = watch.changed() }
             return n
         }, progress: progress.update)
-        return (info, watch?.changed() ?? false)
+        return (info, changed)
     }
 
     /// Files up to this size are stored in batches (one durability
@@ -287,13 +289,10 @@ struct Put: ParsableCommand {
             }
             // A directory that vanished since the walk began is skipped,
             // as a vanished file is.
-            guard let names = try localEntryNamesIfPresent(of: local, in: localTree) else { return }
+            guard let entries = try localEntriesIfPresent(of: local, in: localTree) else { return }
             let isNew = tree?.isNew(target) ?? false
-            for name in names.sorted() {
+            for (name, st) in entries.sorted(by: { $0.name < $1.name }) {
                 let localPath = local + "/" + name
-                var st = stat()
-                // What vanished is skipped.
-                guard lstat(localPath, &st) == 0 else { continue }
                 if st.st_mode & S_IFMT == S_IFDIR {
                     try visit(localPath, target.appending(name))
                 } else if st.st_mode & S_IFMT != S_IFREG {
@@ -340,8 +339,7 @@ struct Put: ParsableCommand {
         tree = nil
         for (localPath, path) in later {
             // Looked at again: it may have changed or vanished since.
-            var st = stat()
-            guard lstat(localPath, &st) == 0 else { continue }
+            guard let st = try localTree.status(localPath) else { continue }
             switch st.st_mode & S_IFMT {
             case S_IFDIR: try visit(localPath, path)
             case S_IFREG: try storeFile(localPath, st, at: path)
@@ -390,6 +388,32 @@ final class LocalTree: @unchecked Sendable {
         }
         return try FileSystem().openBeneath(fd, relative, directory: directory, name: local)
     }
+
+    /// What is at `local`, below `path`, now (a link there is not
+    /// followed, nor one on the way: that is an error); nil if nothing is.
+    func status(_ local: String) throws -> stat? {
+        let slash = local.lastIndex(of: "/")!
+        let parent = String(local[..<slash])
+        let name = String(local[local.index(after: slash)...])
+        let directory: Int32
+        do {
+            directory = try open(parent == path || parent + "/" == path ? path : parent, directory: true)
+        } catch {
+            if error.errno == ENOENT { return nil }
+            throw openFailure(parent, error)
+        }
+        defer { Foundation.close(directory) }
+        return try localStatus(name, in: directory, path: local)
+    }
+}
+
+/// What `name` in the open directory `directory` is, not following a link;
+/// nil if it does not exist (any other failure is one error line).
+private func localStatus(_ name: String, in directory: Int32, path: String) throws -> stat? {
+    var st = stat()
+    if fstatat(directory, name, &st, AT_SYMLINK_NOFOLLOW) == 0 { return st }
+    if errno == ENOENT { return nil }
+    throw CommandFailure(.failure, "cannot read \(path): \(String(cString: strerror(errno)))")
 }
 
 /// Why `local`, below the tree, could not be opened: one error line (66
@@ -406,12 +430,13 @@ private func openFailure(_ local: String, _ error: IOError) -> CommandFailure {
 /// readdir(3) gives: no stat for each file.
 func localSubdirectories(of local: String, in tree: LocalTree) throws -> [String] {
     var names: [String] = []
-    try readLocalDirectory(local, in: tree) { name, type in
+    try readLocalDirectory(local, in: tree) { name, type, directory in
         switch Int32(type) {
         case Int32(DT_DIR): names.append(name)
         case Int32(DT_UNKNOWN):
-            var st = stat()
-            if lstat(local + "/" + name, &st) == 0, st.st_mode & S_IFMT == S_IFDIR { names.append(name) }
+            if let st = try localStatus(name, in: directory, path: local + "/" + name), st.st_mode & S_IFMT == S_IFDIR {
+                names.append(name)
+            }
         default: break
         }
     }
@@ -436,20 +461,28 @@ func warn(_ message: String) {
     FileHandle.standardError.write(Data("locker: warning: \(message)\n".utf8))
 }
 
-/// The names in `local`, "." and ".." left out; nil if it does not exist.
-func localEntryNamesIfPresent(of local: String, in tree: LocalTree) throws -> [String]? {
-    var names: [String] = []
+/// The entries of `local`, "." and ".." left out, each with what it is
+/// (lstat(2) relative to the directory listed, so a link on the way is
+/// never followed), in readdir(3) order; nil if `local` does not exist.
+/// An entry that vanished before its look is left out.
+func localEntriesIfPresent(of local: String, in tree: LocalTree) throws -> [(name: String, status: stat)]? {
+    var entries: [(name: String, status: stat)] = []
     do {
-        try readLocalDirectory(local, in: tree) { name, _ in names.append(name) }
+        try readLocalDirectory(local, in: tree) { name, _, directory in
+            if let st = try localStatus(name, in: directory, path: local + "/" + name) { entries.append((name, st)) }
+        }
     } catch let failure as CommandFailure where failure.status == .notFound {
+        // Only the open of `local` says "not found": an entry that vanished
+        // is left out instead.
         return nil
     }
-    return names
+    return entries
 }
 
-/// Calls `body` with each entry's name and readdir(3) type. A directory
-/// that cannot be read is one error line (66 if it does not exist).
-private func readLocalDirectory(_ local: String, in tree: LocalTree, _ body: (String, UInt8) -> Void) throws {
+/// Calls `body` with each entry's name and readdir(3) type, and the
+/// directory's descriptor. A directory that cannot be read is one error
+/// line (66 if it does not exist).
+private func readLocalDirectory(_ local: String, in tree: LocalTree, _ body: (String, UInt8, Int32) throws -> Void) throws {
     // Opened as store directories are: `put -r` does not mark the user's
     // directories as read.
     let fd: Int32
@@ -468,7 +501,7 @@ private func readLocalDirectory(_ local: String, in tree: LocalTree, _ body: (St
     while let entry = readdir(stream) {
         let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
         if name == "." || name == ".." { continue }
-        body(name, entry.pointee.d_type)
+        try body(name, entry.pointee.d_type, fd)
     }
 }
 
@@ -521,8 +554,9 @@ final class Prefetch<Value>: @unchecked Sendable {
 /// found `path`, which may have been replaced since the walk looked at
 /// it: opened relative to the tree through no symbolic link, never waited
 /// on if it is now a FIFO, and anything but a regular file is one error
-/// line.
-func openSource(_ path: String, in tree: LocalTree? = nil) throws -> Int32 {
+/// line. Returns the descriptor and what it is open on (nil if fstat(2)
+/// failed, which is an error for a file in the tree).
+func openSource(_ path: String, in tree: LocalTree? = nil) throws -> (fd: Int32, status: FileStatus?) {
     let fd: Int32
     do throws(IOError) {
         if let tree {
@@ -534,12 +568,12 @@ func openSource(_ path: String, in tree: LocalTree? = nil) throws -> Int32 {
         if tree != nil { throw openFailure(path, error) }
         throw CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(path): \(String(cString: strerror(error.errno)))")
     }
-    var st = stat()
-    if tree != nil, fstat(fd, &st) != 0 || st.st_mode & S_IFMT != S_IFREG {
+    let status = try? FileSystem().status(of: fd, path: path)
+    if tree != nil, status.map({ $0.mode & UInt32(S_IFMT) != UInt32(S_IFREG) }) ?? true {
         Foundation.close(fd)
         throw CommandFailure(.failure, "cannot read \(path): it is no longer a regular file")
     }
-    return fd
+    return (fd, status)
 }
 
 /// A local file read for a batch: opened on the first read, closed at its
@@ -564,11 +598,11 @@ final class LocalFileSource {
     func read(_ buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         if finished { return 0 }
         if fd < 0 {
-            fd = try openSource(path, in: tree)
-            watch = SourceWatch(fd)
+            let status: FileStatus?
+            (fd, status) = try openSource(path, in: tree)
+            watch = SourceWatch(fd, opened: status)
         }
         let n = try readSource(fd)(buffer)
-        watch?.count(n)
         if n == 0 {
             if watch?.changed() == true { changes.add(path) }
             Foundation.close(fd)

@@ -102,11 +102,14 @@ import Glibc
         #expect(touched.size == first.size && touched.modified == first.modified + 1)
         #expect(touched.mayDiffer(from: first))
 
-        // Only the status-change time moves: the same modification time
-        // set again still changes the inode.
-        var ctimeOnly = first
-        ctimeOnly.statusChanged += 1
-        #expect(ctimeOnly.mayDiffer(from: first))
+        // Only the status-change time moves: the same mode set again,
+        // a tick of the file clock later, changes the inode alone.
+        usleep(50_000)
+        try #require(fchmod(fd, 0o600) == 0)
+        let chmodded = try fs.status(of: fd, path: path)
+        #expect(chmodded.size == touched.size && chmodded.modified == touched.modified)
+        #expect(chmodded.statusChanged != touched.statusChanged)
+        #expect(chmodded.mayDiffer(from: touched))
 
         // Only the size moves.
         var grown = first
@@ -175,6 +178,24 @@ import Glibc
         let walked = locker_open_beneath_by_components(tree, "dir/deeper/file", O_RDONLY)
         try #require(walked >= 0)
         #expect(contents(walked) == "inside")
+
+        // Where O_NOATIME is refused (a file the caller does not own), the
+        // open is made again without it, as `openForReading` does.
+        let flags = Mutex<[Int32]>([])
+        var syscalls = Syscalls.system
+        let openBeneath = syscalls.openBeneath
+        syscalls.openBeneath = { root, relative, flag in
+            let first = flags.withLock { $0.append(flag); return $0.count == 1 }
+            if first {
+                errno = EPERM
+                return -1
+            }
+            return openBeneath(root, relative, flag)
+        }
+        let refusedOnce = FileSystem(syscalls: syscalls)
+        #expect(contents(try refusedOnce.openBeneath(tree, "dir/deeper/file", name: "file")) == "inside")
+        let seen = flags.withLock { $0 }
+        #expect(seen.count == 2 && seen[0] != seen[1] && seen[0] & seen[1] == seen[1], "open flags: \(seen)")
     }
 
     /// Listing a store directory leaves its access time alone too (a plain

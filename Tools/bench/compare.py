@@ -238,7 +238,7 @@ def report(results, kvpath):
     if "rss_c" in kv:
         P("| peak RSS of a C program that does nothing (`true`) | %.1f MiB |" % (float(kv["rss_c"].split()[0]) / 1024))
     if "rss_swift" in kv:
-        P("| peak RSS of a Swift program that prints one line, linked as Locker is (`-static-stdlib`, Foundation) | %.1f MiB |"
+        P("| peak RSS of a Swift program that prints one line, built here with `swiftc -O -static-stdlib` (runtime and Foundation linked in) | %.1f MiB |"
           % (float(kv["rss_swift"].split()[0]) / 1024))
     P()
     cs = cells(rows)

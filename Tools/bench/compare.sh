@@ -209,9 +209,10 @@ put_kv disk "$(dd if=/dev/zero of="$work/dd.test" bs=1M count=1024 conv=fsync 2>
   | awk '/copied/ {printf "%.0f", 1073741824 / $(NF-3) / 1e6}')"
 rm -f "$work/dd.test"
 # The least memory a process takes here: a C program that does nothing
-# (`true`), and a Swift program linked as Locker's release binary is (the
-# Swift runtime and Foundation inside it) that prints one line. No tool
-# written in Swift gets below the second.
+# (`true`), and a Swift program that prints one line, built here by the
+# `swiftc` on PATH with the Swift runtime and Foundation linked in, as
+# Tools/build-release.sh links Locker. No tool written in Swift gets below
+# the second.
 med() { python3 "$py" median "$@"; }
 rss_of() { local r=() k; for k in 1 2 3 4 5; do r+=("$(/usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1)"); done; med "${r[@]}"; }
 put_kv rss_c "$(rss_of true)"
@@ -380,7 +381,8 @@ run_dataset() {
     export R="$work/round"
     rm -rf "$R"; mkdir -p "$R"
     export LOCKER_STORE="$R/locker-store"
-    read -r -a order < <(python3 "$py" order "$ds-$i" "${tools[@]}")
+    line=$(python3 "$py" order "$ds-$i" "${tools[@]}") || die "could not order the tools"
+    read -r -a order <<< "$line"
     for t in "${order[@]}"; do prep "$t"; done
     line="put:"
     for t in "${order[@]}"; do

@@ -40,8 +40,10 @@ int locker_cached_pages(int fd, unsigned long long *pages);
 // symbolic link anywhere in it and never leaving `root` (a link fails with
 // ELOOP; an absolute path, or one that climbs out, with EXDEV): openat2(2)
 // with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or where the kernel lacks
-// it, one component at a time with O_NOFOLLOW (which refuses any "..").
-// O_NOFOLLOW and O_CLOEXEC are added.
+// it (ENOSYS) or a sandbox refuses it (EPERM without O_NOATIME; from then
+// on, for every call), one component at a time with O_NOFOLLOW (which
+// refuses any ".."). O_NOFOLLOW and O_CLOEXEC are added. With O_NOATIME,
+// EPERM is returned as is: the caller retries without the flag.
 // Returns the descriptor, or -1 with errno.
 int locker_open_beneath(int root, const char *relative, int flags);
 
