@@ -24,21 +24,23 @@ import Glibc
         return lstat(path, &st) == 0 ? st.st_atim.tv_sec : -1
     }
 
-    /// Runs `body` with a file system whose first `open` fails with EPERM
-    /// (as opening a file the caller does not own with O_NOATIME does), and
-    /// returns the flags of every `open` it made.
+    /// Runs `body` with a file system whose first open, by path or below
+    /// a directory (`openBeneath`), fails with EPERM (as opening a file
+    /// the caller does not own with O_NOATIME does), and returns the flags
+    /// of every open it made.
     static func withFirstOpenRefused(_ body: (FileSystem) throws -> Void) throws -> [Int32] {
         let flags = Mutex<[Int32]>([])
+        /// Records `flag`; true for the first call, which is refused.
+        @Sendable func refuse(_ flag: Int32) -> Bool {
+            let first = flags.withLock { $0.append(flag); return $0.count == 1 }
+            if first { errno = EPERM }
+            return first
+        }
         var syscalls = Syscalls.system
         let open = syscalls.open
-        syscalls.open = { path, flag, mode in
-            let first = flags.withLock { $0.append(flag); return $0.count == 1 }
-            if first {
-                errno = EPERM
-                return -1
-            }
-            return open(path, flag, mode)
-        }
+        let openBeneath = syscalls.openBeneath
+        syscalls.open = { path, flag, mode in refuse(flag) ? -1 : open(path, flag, mode) }
+        syscalls.openBeneath = { root, relative, flag in refuse(flag) ? -1 : openBeneath(root, relative, flag) }
         try body(FileSystem(syscalls: syscalls))
         return flags.withLock { $0 }
     }
@@ -181,20 +183,9 @@ import Glibc
 
         // Where O_NOATIME is refused (a file the caller does not own), the
         // open is made again without it, as `openForReading` does.
-        let flags = Mutex<[Int32]>([])
-        var syscalls = Syscalls.system
-        let openBeneath = syscalls.openBeneath
-        syscalls.openBeneath = { root, relative, flag in
-            let first = flags.withLock { $0.append(flag); return $0.count == 1 }
-            if first {
-                errno = EPERM
-                return -1
-            }
-            return openBeneath(root, relative, flag)
+        let seen = try Self.withFirstOpenRefused { (fs: FileSystem) throws in
+            #expect(contents(try fs.openBeneath(tree, "dir/deeper/file", name: "file")) == "inside")
         }
-        let refusedOnce = FileSystem(syscalls: syscalls)
-        #expect(contents(try refusedOnce.openBeneath(tree, "dir/deeper/file", name: "file")) == "inside")
-        let seen = flags.withLock { $0 }
         #expect(seen.count == 2 && seen[0] != seen[1] && seen[0] & seen[1] == seen[1], "open flags: \(seen)")
     }
 
