@@ -158,4 +158,5 @@ public struct FileStatus: Sendable, Equatable {
     }
 
     public var isDirectory: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFDIR) }
+    public var isRegularFile: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFREG) }
 }

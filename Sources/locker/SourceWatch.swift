@@ -18,7 +18,7 @@ struct SourceWatch {
     /// not a regular file is never reported.
     init(_ fd: Int32, opened: FileStatus?) {
         self.fd = fd
-        self.opened = opened.flatMap { $0.mode & UInt32(S_IFMT) == UInt32(S_IFREG) ? $0 : nil }
+        self.opened = opened?.isRegularFile == true ? opened : nil
     }
 
     /// Whether the file changed since the open, as far as a look now can

@@ -112,16 +112,11 @@ struct Put: ParsableCommand {
                 throw CommandFailure(.notFound, "\(source) is not a local directory")
             }
             let changes = ChangedSources()
-            let count: Int, skipped: Int
-            do {
-                (count, skipped) = try importTree(store, from: source, to: target, changes: changes)
-                changes.warnEach()
-            } catch {
-                // Said even when the import stops part way: what was
-                // stored stays stored.
-                changes.warnEach()
-                throw error
-            }
+            let imported = Result { try importTree(store, from: source, to: target, changes: changes) }
+            // Said even when the import stopped part way: what was stored
+            // stays stored.
+            changes.warnEach()
+            let (count, skipped) = try imported.get()
             if output.json {
                 try printJSON(["imported": count, "skipped": skipped, "changed": changes.count])
             } else {
@@ -156,11 +151,10 @@ struct Put: ParsableCommand {
             ? (STDIN_FILENO, try? FileSystem().status(of: STDIN_FILENO, path: "standard input"))
             : try openSource(source, in: tree)
         defer { if fd != STDIN_FILENO { Foundation.close(fd) } }
-        let isRegular = status.map { $0.mode & UInt32(S_IFMT) == UInt32(S_IFREG) } ?? false
         if fd != STDIN_FILENO, status?.isDirectory == true {
             throw CommandFailure(.usage, "\(source) is a directory", hint: "use -r to import a directory tree")
         }
-        let progress = Progress(total: isRegular ? status?.size : nil)
+        let progress = Progress(total: status?.isRegularFile == true ? status?.size : nil)
         defer { progress.finish() }
         // Standard input may have been read from before, so its size says
         // nothing about what is left of it.
@@ -368,7 +362,7 @@ final class LocalTree: @unchecked Sendable {
         do {
             fd = try FileSystem().openDirectoryForReading(path)
         } catch {
-            throw CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(path): \(String(cString: strerror(error.errno)))")
+            throw openFailure(path, error, inTree: false)
         }
     }
 
@@ -397,7 +391,7 @@ final class LocalTree: @unchecked Sendable {
         let name = String(local[local.index(after: slash)...])
         let directory: Int32
         do {
-            directory = try open(parent == path || parent + "/" == path ? path : parent, directory: true)
+            directory = try open(parent, directory: true)
         } catch {
             if error.errno == ENOENT { return nil }
             throw openFailure(parent, error)
@@ -416,13 +410,14 @@ private func localStatus(_ name: String, in directory: Int32, path: String) thro
     throw CommandFailure(.failure, "cannot read \(path): \(String(cString: strerror(errno)))")
 }
 
-/// Why `local`, below the tree, could not be opened: one error line (66
-/// if it does not exist).
-private func openFailure(_ local: String, _ error: IOError) -> CommandFailure {
-    let reason = error.errno == ELOOP || error.errno == EXDEV
+/// Why the local file or directory `path` could not be opened: one error
+/// line (66 if it does not exist). `inTree`: `path` is below the tree
+/// `put -r` walks, opened through no symbolic link.
+private func openFailure(_ path: String, _ error: IOError, inTree: Bool = true) -> CommandFailure {
+    let reason = inTree && (error.errno == ELOOP || error.errno == EXDEV)
         ? "it, or a directory on its way, is now a symbolic link (not followed)"
         : String(cString: strerror(error.errno))
-    return CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(local): \(reason)")
+    return CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(path): \(reason)")
 }
 
 /// The names of the directories in `local` (not symbolic links to
@@ -565,11 +560,10 @@ func openSource(_ path: String, in tree: LocalTree? = nil) throws -> (fd: Int32,
             fd = try FileSystem().openForReading(path)
         }
     } catch {
-        if tree != nil { throw openFailure(path, error) }
-        throw CommandFailure(error.errno == ENOENT ? .notFound : .failure, "cannot read \(path): \(String(cString: strerror(error.errno)))")
+        throw openFailure(path, error, inTree: tree != nil)
     }
     let status = try? FileSystem().status(of: fd, path: path)
-    if tree != nil, status.map({ $0.mode & UInt32(S_IFMT) != UInt32(S_IFREG) }) ?? true {
+    if tree != nil, status?.isRegularFile != true {
         Foundation.close(fd)
         throw CommandFailure(.failure, "cannot read \(path): it is no longer a regular file")
     }

@@ -374,15 +374,15 @@ LOCKER_STORE="$work/store-init" "$L" status >/dev/null || die "locker status fai
 # next tool. The shuffle is seeded by the dataset and round, so a rerun
 # uses the same orders.
 run_dataset() {
-  local ds=$1 kind=$2 src=$3 bytes want files i t n=${#tools[@]} order line
+  local ds=$1 kind=$2 src=$3 bytes want files i t shuffled order line
   local dir="$src"; [ "$kind" = file ] && dir="$(dirname "$src")"
   bytes=$(sz "$dir"); want=$(treesum "$dir"); files=$(find "$dir" -type f | wc -l)
   for i in $(seq 0 "$runs"); do
     export R="$work/round"
     rm -rf "$R"; mkdir -p "$R"
     export LOCKER_STORE="$R/locker-store"
-    line=$(python3 "$py" order "$ds-$i" "${tools[@]}") || die "could not order the tools"
-    read -r -a order <<< "$line"
+    shuffled=$(python3 "$py" order "$ds-$i" "${tools[@]}") || die "could not order the tools"
+    read -r -a order <<< "$shuffled"
     for t in "${order[@]}"; do prep "$t"; done
     line="put:"
     for t in "${order[@]}"; do
