@@ -22,6 +22,10 @@ int locker_rename_noreplace(const char *from, const char *to) {
     return renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
 }
 
+int locker_renameat_noreplace(int from_dir, const char *from, int to_dir, const char *to) {
+    return renameat2(from_dir, from, to_dir, to, RENAME_NOREPLACE);
+}
+
 int locker_limit_malloc_arenas(int count) {
     return mallopt(M_ARENA_MAX, count);
 }

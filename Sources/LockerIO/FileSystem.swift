@@ -311,6 +311,14 @@ public struct FileSystem: Sendable {
         return keepIfSameFile(direct, as: fd, path: path)
     }
 
+    /// ``openForDirectWriting(_:sameFileAs:)`` for the file `name` in the
+    /// directory open as `directory`; a link there is not followed. `path`
+    /// is the path errors give.
+    func openForDirectWriting(_ name: String, in directory: Int32, sameFileAs fd: Int32, path: String) -> Int32? {
+        guard let direct = try? openBeneath(directory, name, O_WRONLY | Self.direct, name: path) else { return nil }
+        return keepIfSameFile(direct, as: fd, path: path)
+    }
+
     /// Opens the file `fd` is open on a second time, by its name `path`,
     /// for reads that go from the disk to memory past the page cache
     /// (`O_DIRECT`), without touching its access time where the kernel

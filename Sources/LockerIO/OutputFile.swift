@@ -40,6 +40,18 @@ public final class OutputFile: Sendable {
                                   fileSystem: fileSystem)
     }
 
+    /// Writes into `fd`, open for writing the new file `name` in
+    /// `directory` (which is opened once more there for the direct writes,
+    /// if it still names the file `fd` is open on, and is not a link), which
+    /// will hold `size` bytes. `fd` stays the caller's.
+    public init(fd: Int32, name: String, in directory: OpenDirectory, size: UInt64, fileSystem: FileSystem = FileSystem()) {
+        self.fd = fd
+        path = directory.path(of: name)
+        self.fileSystem = fileSystem
+        direct = DirectDescriptor(size >= Self.directMinimum ? directory.openForDirectWriting(name, sameFileAs: fd) : nil,
+                                  fileSystem: fileSystem)
+    }
+
     /// Closes the descriptor of the direct writes (`fd` stays open); a
     /// later write goes through the page cache. Call it when no write is
     /// under way.

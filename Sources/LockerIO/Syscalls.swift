@@ -42,6 +42,18 @@ public struct Syscalls: Sendable {
     public var mkdir: @Sendable (_ path: String, _ mode: UInt32) -> Int32
     public var rmdir: @Sendable (_ path: String) -> Int32
     public var chmod: @Sendable (_ path: String, _ mode: UInt32) -> Int32
+    /// The calls of an ``OpenDirectory``, each on a name (one component)
+    /// in the open directory `directory`, never following a link at it:
+    /// mkdirat(2); fstatat(2) with AT_SYMLINK_NOFOLLOW; openat(2) of a new
+    /// file for writing (O_CREAT | O_EXCL | O_NOFOLLOW); renameat(2), and
+    /// renameat2(2) with RENAME_NOREPLACE; unlinkat(2) (`flags`:
+    /// AT_REMOVEDIR for a directory).
+    public var mkdirAt: @Sendable (_ directory: Int32, _ name: String, _ mode: UInt32) -> Int32
+    public var statAt: @Sendable (_ directory: Int32, _ name: String) -> FileStatus?
+    public var createAt: @Sendable (_ directory: Int32, _ name: String, _ mode: UInt32) -> Int32
+    public var renameAt: @Sendable (_ fromDirectory: Int32, _ from: String, _ toDirectory: Int32, _ to: String) -> Int32
+    public var renameAtNoReplace: @Sendable (_ fromDirectory: Int32, _ from: String, _ toDirectory: Int32, _ to: String) -> Int32
+    public var unlinkAt: @Sendable (_ directory: Int32, _ name: String, _ flags: Int32) -> Int32
     /// readdir(3) of the open directory `fd` from its start to its end:
     /// the names, with `.` and `..`. `fd` stays open.
     public var listDirectory: @Sendable (_ fd: Int32) -> [String]?
@@ -76,6 +88,15 @@ public struct Syscalls: Sendable {
         mkdir: { Glibc.mkdir($0, mode_t($1)) },
         rmdir: { Glibc.rmdir($0) },
         chmod: { Glibc.chmod($0, mode_t($1)) },
+        mkdirAt: { Glibc.mkdirat($0, $1, mode_t($2)) },
+        statAt: { directory, name in
+            var st = stat()
+            return Glibc.fstatat(directory, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? FileStatus(st) : nil
+        },
+        createAt: { Glibc.openat($0, $1, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode_t($2)) },
+        renameAt: { Glibc.renameat($0, $1, $2, $3) },
+        renameAtNoReplace: { locker_renameat_noreplace($0, $1, $2, $3) },
+        unlinkAt: { Glibc.unlinkat($0, $1, $2) },
         listDirectory: { fd in
             // fdopendir takes over the descriptor it is given, and closedir
             // closes it: the stream gets a duplicate, and the caller's stays

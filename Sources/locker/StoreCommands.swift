@@ -673,11 +673,11 @@ struct Get: ParsableCommand {
         defer { progress.finish() }
         let output = target
         let size = wanted.map { $0.upperBound - $0.lowerBound } ?? info.size
-        try writeLocalFile(output) { fd, file in
+        try writeLocalFile(output) { file in
             // Chunks are written where they belong, from every core: one
             // thread writing fresh page-cache pages is what limits a fetch
             // (and a large one's go past the page cache).
-            let out = OutputFile(fd: fd, path: file, size: size)
+            let out = file.output(size: size)
             try store.read(source, range: wanted) { offset, bytes in
                 try out.write(bytes, at: offset, name: output)
                 progress.add(UInt64(bytes.count))
@@ -695,18 +695,25 @@ struct Get: ParsableCommand {
     /// and no file needs a rename of its own.
     ///
     /// Into an existing directory, each file is written to a temporary
-    /// file beside its target; once 4,096 are waiting (and at the end), one
-    /// sync of each file system written to makes them durable before they
-    /// are renamed into place, on a thread of its own while the next files
-    /// are fetched, and a last sync makes the renames durable. Every file
-    /// is whole or absent.
+    /// file beside its target; once 4,096 are waiting (or they are in 128
+    /// directories), and at the end, one sync of each file system written
+    /// to makes them durable before they are renamed into place, on a
+    /// thread of its own while the next files are fetched, and a last sync
+    /// makes the renames durable. Every file is whole or absent.
+    ///
+    /// Every directory below DEST is opened from the one above it through
+    /// no symbolic link, and written into by descriptor
+    /// (``LocalDestination``).
     func exportTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
         var st = stat()
         if lstat(local, &st) != 0, errno == ENOENT { return try exportNewTree(store, from: source, to: local) }
-        let export = TreeExport()
+        // What is in the way, named as `mkdir -p` would.
+        try makeLocalDirectory(local)
+        let destination = try LocalDestination(local)
+        let export = TreeExport(destination)
         let direct: Int
         do {
-            direct = try exportDirectory(store, from: source, to: local, export)
+            direct = try exportDirectory(store, from: source, into: destination.root, destination, export)
             try export.commitWaiting()
             try export.finishCommit()
             try export.publishStaged()
@@ -721,31 +728,42 @@ struct Get: ParsableCommand {
     private func exportNewTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
         let (trimmed, parent) = splitLocalPath(local)
         try makeLocalDirectory(parent)
-        let staging = parent + "/.locker-" + UUID().uuidString + ".tmp"
-        guard mkdir(staging, 0o777) == 0 else {
-            throw CommandFailure(.failure, "cannot write into \(parent): \(String(cString: strerror(errno)))")
-        }
+        let destination = try LocalDestination(parent)
+        let base = destination.root
+        let name = (trimmed as NSString).lastPathComponent
+        let stagingName = ".locker-" + UUID().uuidString + ".tmp"
+        let staging = try base.subdirectory(stagingName, new: true)
         do {
-            let count = try exportDirectory(store, from: source, to: staging, nil)
+            let count = try exportDirectory(store, from: source, into: staging, destination, nil)
             do {
-                try FileSystem().syncFileSystem(containing: staging)
+                try staging.directory.syncFileSystem()
             } catch {
                 throw CommandFailure(.failure, "cannot write into \(parent): \(error)")
             }
-            guard try FileSystem().renameIfAbsent(staging, to: trimmed) else {
-                throw CommandFailure(.failure, "cannot write \(trimmed): it was created by something else during the fetch")
+            try publishBuiltDirectory(stagingName, from: base.directory, to: name, in: base.directory, path: trimmed)
+            // What was renamed is what was at the temporary name: the tree
+            // built, unless that was moved away and something else put
+            // there meanwhile.
+            guard let placed = try? base.directory.status(of: name), placed.isSameFile(as: staging.directory.status) else {
+                // Put back what was renamed: DEST is left as it was.
+                _ = try? base.directory.renameIfAbsent(name, to: stagingName, in: base.directory)
+                throw CommandFailure(.failure, "cannot write \(trimmed): the directory it was built in was moved or replaced during the fetch")
             }
             // The files are durable already; this makes the name durable
             // (best effort, as after a group commit).
-            try? FileSystem().syncDirectory(parent)
+            try? base.directory.sync()
             return count
         } catch {
-            try? FileManager.default.removeItem(atPath: staging)
+            // Through the descriptor: the tree built, wherever it is now.
+            try? staging.directory.removeContents()
+            if let left = try? base.directory.status(of: stagingName), left.isSameFile(as: staging.directory.status) {
+                try? base.directory.removeDirectory(stagingName)
+            }
             throw error
         }
     }
 
-    /// Fetches the directory `source` into `local`. With an `export`, each
+    /// Fetches the directory `source` into `top`. With an `export`, each
     /// file goes to a temporary name that `export` commits later, and each
     /// directory missing locally is built in a temporary directory that
     /// `export` publishes later, with its files written straight to their
@@ -760,16 +778,24 @@ struct Get: ParsableCommand {
     /// while writing computes (measured, `get -r` of 20,000 small objects
     /// into a new directory with a cold page cache, medians of 4: 1.45 s
     /// listing then writing, 1.34 s overlapped).
+    ///
+    /// A directory waiting its turn is kept by its place, not open, so
+    /// that a wide tree holds few descriptors; it is opened again through
+    /// no link, and only if it is the directory it was.
     @discardableResult
-    private func exportDirectory(_ store: Store, from source: StorePath, to local: String, _ export: TreeExport?) throws -> Int {
+    private func exportDirectory(_ store: Store, from source: StorePath, into top: LocalDirectory,
+                                 _ destination: LocalDestination, _ export: TreeExport?) throws -> Int {
         var count = 0
-        // Each directory with the export its files go through: none in a
-        // directory being built out of sight.
-        let destination = local
-        var stack: [(source: StorePath, local: String, export: TreeExport?)] = [(source, local, export)]
+        // Each directory with where it goes (the top: nil) and the export
+        // its files go through: none in a directory being built out of
+        // sight.
+        var stack: [(source: StorePath, parent: LocalPlace?, name: String, export: TreeExport?)] = [(source, nil, "", export)]
         var next: (path: StorePath, listing: Prefetch<FetchListing>)?
         defer { _ = try? next?.listing.wait() }
-        while let (source, local, export) = stack.popLast() {
+        // The last directories written into: the next one's parent is
+        // usually one of them.
+        var recent: [LocalDirectory] = []
+        while let (source, parentPlace, name, export) = stack.popLast() {
             let listing: FetchListing
             if let prefetched = next, prefetched.path == source {
                 next = nil
@@ -777,18 +803,25 @@ struct Get: ParsableCommand {
             } else {
                 listing = try store.listForFetch(source)
             }
-            try makeLocalDirectory(local, followingLink: local == destination)
+            let local: LocalDirectory
+            if let parentPlace {
+                let parent = try recent.last { $0.place == parentPlace } ?? destination.open(parentPlace)
+                local = try parent.subdirectory(name)
+                recent = [parent, local]
+            } else {
+                local = top
+                recent = [top]
+            }
             export?.noteDirectory(local)
             for directory in listing.directories.reversed() {
-                let target = local + "/" + directory.name
-                var st = stat()
-                if let export, lstat(target, &st) != 0, errno == ENOENT {
-                    stack.append((directory, try export.stage(target, in: local), nil))
+                if let export, try !local.contains(directory.name) {
+                    let (container, staged) = try export.stage(directory.name, in: local)
+                    stack.append((directory, container, staged, nil))
                 } else {
-                    stack.append((directory, target, export))
+                    stack.append((directory, local.place, directory.name, export))
                 }
             }
-            if let (path, _, _) = stack.last {
+            if let (path, _, _, _) = stack.last {
                 next = (path, Prefetch { try store.listForFetch(path) })
             }
             let objects = listing.objects
@@ -797,12 +830,12 @@ struct Get: ParsableCommand {
                 // Both cores: a small object is one chunk, decrypted on one.
                 let results = fetchGroup(store, group, into: local, temporaries: export != nil)
                 if let failure = results.lazy.compactMap({ $0.error }).first {
-                    export?.add(results.compactMap { $0.written })
+                    export?.add(results.compactMap { $0.written }, in: local)
                     throw failure
                 }
                 if let export {
-                    export.add(results.compactMap { $0.written })
-                    if export.waitingCount >= 4096 { try export.commitWaiting() }
+                    export.add(results.compactMap { $0.written }, in: local)
+                    if export.isFull { try export.commitWaiting() }
                 } else {
                     count += results.count
                 }
@@ -815,7 +848,7 @@ struct Get: ParsableCommand {
     /// once: a temporary file beside its target when `temporaries` is set,
     /// else the target itself. Each result holds the file written (if one
     /// was created) and the error, if any.
-    private func fetchGroup(_ store: Store, _ group: [PreparedRead], into local: String, temporaries: Bool)
+    private func fetchGroup(_ store: Store, _ group: [PreparedRead], into local: LocalDirectory, temporaries: Bool)
         -> [(written: (temporary: String, target: String)?, error: (any Error)?)] {
         typealias Result = (written: (temporary: String, target: String)?, error: (any Error)?)
         // Each iteration writes only its own slot of a buffer allocated up
@@ -826,18 +859,20 @@ struct Get: ParsableCommand {
         let shared = UncheckedStore(store: store, group: group, slots: slots)
         DispatchQueue.concurrentPerform(iterations: group.count) { i in
             let object = shared.group[i]
-            let target = local + "/" + object.path.name
-            let temporary = temporaries ? local + "/.locker-" + UUID().uuidString + ".tmp" : target
-            let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-            guard fd >= 0 else {
-                shared.slots[i].error = CommandFailure(.failure, "cannot write \(target): \(String(cString: strerror(errno)))")
+            let target = object.path.name
+            let temporary = temporaries ? ".locker-" + UUID().uuidString + ".tmp" : target
+            let fd: Int32
+            do throws(IOError) {
+                fd = try local.directory.createFile(temporary)
+            } catch {
+                shared.slots[i].error = CommandFailure(.failure, "cannot write \(local.path(of: target)): \(String(cString: strerror(error.errno)))")
                 return
             }
             shared.slots[i].written = (temporary, target)
             defer { Foundation.close(fd) }
             do {
-                let out = OutputFile(fd: fd, path: temporary, size: object.size)
-                try out.writeInOrder(name: target) { try shared.store.read(object, into: $0) }
+                let out = OutputFile(fd: fd, name: temporary, in: local.directory, size: object.size)
+                try out.writeInOrder(name: local.path(of: target)) { try shared.store.read(object, into: $0) }
             } catch {
                 shared.slots[i].error = error
             }
@@ -852,32 +887,48 @@ struct Get: ParsableCommand {
 /// Waiting files are committed (a sync of each file system, then the
 /// renames) on a thread of its own, one group at a time, while the caller
 /// writes the next ones; the directories are published at the end.
+///
+/// A waiting file keeps its directory open, and is renamed and removed
+/// through it: the group is committed once its files are in 128
+/// directories, so that the descriptors held stay few.
 final class TreeExport: @unchecked Sendable {
-    private var waiting: [(temporary: String, target: String)] = []
-    /// For each existing directory that gets new subdirectories, the
-    /// temporary directory they are built in.
-    private var containers: [String: String] = [:]
-    /// The directories built out of sight, where each goes.
-    private var staged: [(staged: String, target: String)] = []
+    private let destination: LocalDestination
+    private var waiting: [(directory: LocalDirectory, temporary: String, target: String)] = []
+    private var waitingDirectories = 0
+    /// For each existing directory that gets new subdirectories (by its
+    /// place), the temporary directory they are built in, by name.
+    private var containers: [(parent: LocalPlace, name: String, container: LocalPlace)] = []
+    /// The directories built out of sight (in a container, by name), and
+    /// where each goes.
+    private var staged: [(container: LocalPlace, name: String, parent: LocalPlace, target: String)] = []
     /// Whether a directory built out of sight was renamed into place.
     private var published = false
     /// One directory per file system written to (by device number).
-    private var fileSystems: [UInt64: String] = [:]
+    private var fileSystems: [UInt64: LocalDirectory] = [:]
     private let commits = BackgroundJob()
     // The group being committed: the committing job's until it ends, the
     // caller's after waiting on it.
-    private var committing: [(temporary: String, target: String)] = []
+    private var committing: [(directory: LocalDirectory, temporary: String, target: String)] = []
 
     /// Files renamed into place by the commits waited for.
     private(set) var count = 0
 
-    var waitingCount: Int { waiting.count }
+    init(_ destination: LocalDestination) {
+        self.destination = destination
+    }
 
-    func add(_ files: [(temporary: String, target: String)]) { waiting += files }
+    /// Whether the waiting files should be committed now.
+    var isFull: Bool { waiting.count >= 4096 || waitingDirectories >= 128 }
 
-    func noteDirectory(_ path: String) {
-        var st = stat()
-        if stat(path, &st) == 0, fileSystems[UInt64(st.st_dev)] == nil { fileSystems[UInt64(st.st_dev)] = path }
+    /// Notes files written in `directory`, each under its temporary name.
+    func add(_ files: [(temporary: String, target: String)], in directory: LocalDirectory) {
+        guard !files.isEmpty else { return }
+        if waiting.last?.directory !== directory { waitingDirectories += 1 }
+        waiting += files.map { (directory, $0.temporary, $0.target) }
+    }
+
+    func noteDirectory(_ directory: LocalDirectory) {
+        if fileSystems[directory.place.device] == nil { fileSystems[directory.place.device] = directory }
     }
 
     /// Starts committing the waiting files, once the commit under way
@@ -887,6 +938,7 @@ final class TreeExport: @unchecked Sendable {
         guard !waiting.isEmpty else { return }
         committing = waiting
         waiting.removeAll()
+        waitingDirectories = 0
         let directories = Array(fileSystems.values)
         commits.start { [self] in try commit(syncing: directories) }
     }
@@ -899,43 +951,47 @@ final class TreeExport: @unchecked Sendable {
     /// Syncs, then renames each file being committed into place, and
     /// returns how many; on a failure, what is left in `committing` is what
     /// was not renamed.
-    private func commit(syncing directories: [String]) throws -> Int {
-        for directory in directories {
+    private func commit(syncing directories: [LocalDirectory]) throws -> Int {
+        try sync(directories)
+        for (i, (directory, temporary, target)) in committing.enumerated() {
             do {
-                try FileSystem().syncFileSystem(containing: directory)
+                try directory.directory.rename(temporary, to: target)
             } catch {
-                throw CommandFailure(.failure, "cannot write into \(directory): \(error)")
-            }
-        }
-        for (i, (temporary, target)) in committing.enumerated() {
-            guard rename(temporary, target) == 0 else {
-                let message = "cannot write \(target): \(String(cString: strerror(errno)))"
                 committing.removeFirst(i)
-                throw CommandFailure(.failure, message)
+                throw CommandFailure(.failure, "cannot write \(directory.path(of: target)): \(String(cString: strerror(error.errno)))")
             }
         }
         defer { committing.removeAll() }
         return committing.count
     }
 
-    /// Where to build the missing directory `target`, whose parent
-    /// `parent` exists: in a temporary directory in `parent` (one for all
-    /// its new subdirectories), so that it appears whole, with its files,
-    /// or not at all, and without a rename per file.
-    func stage(_ target: String, in parent: String) throws -> String {
-        let container: String
-        if let existing = containers[parent] {
-            container = existing
-        } else {
-            container = parent + "/.locker-" + UUID().uuidString + ".tmp"
-            guard mkdir(container, 0o700) == 0 else {
-                throw CommandFailure(.failure, "cannot write into \(parent): \(String(cString: strerror(errno)))")
+    private func sync(_ directories: [LocalDirectory]) throws {
+        for directory in directories {
+            do {
+                try directory.directory.syncFileSystem()
+            } catch {
+                throw CommandFailure(.failure, "cannot write into \(directory.path): \(error)")
             }
-            containers[parent] = container
         }
-        let path = container + "/" + String(staged.count)
-        staged.append((path, target))
-        return path
+    }
+
+    /// Where to build the missing directory `target` of `parent`: in a
+    /// temporary directory in `parent` (one for all its new
+    /// subdirectories), so that it appears whole, with its files, or not
+    /// at all, and without a rename per file. Returns the temporary
+    /// directory's place and the name to build it under there.
+    func stage(_ target: String, in parent: LocalDirectory) throws -> (container: LocalPlace, name: String) {
+        let container: LocalPlace
+        if let existing = containers.last(where: { $0.parent == parent.place }) {
+            container = existing.container
+        } else {
+            let name = ".locker-" + UUID().uuidString + ".tmp"
+            container = try parent.subdirectory(name, creating: 0o700, new: true).place
+            containers.append((parent.place, name, container))
+        }
+        let name = String(staged.count)
+        staged.append((container, name, parent.place, target))
+        return (container, name)
     }
 
     /// Makes the directories built out of sight durable with one sync of
@@ -944,21 +1000,30 @@ final class TreeExport: @unchecked Sendable {
     /// directories. Called once the commits have ended.
     func publishStaged() throws {
         guard !staged.isEmpty else { return }
-        for directory in fileSystems.values {
-            do {
-                try FileSystem().syncFileSystem(containing: directory)
-            } catch {
-                throw CommandFailure(.failure, "cannot write into \(directory): \(error)")
-            }
+        try sync(Array(fileSystems.values))
+        var recent: [LocalDirectory] = []
+        func open(_ place: LocalPlace) throws -> LocalDirectory {
+            if let found = recent.first(where: { $0.place == place }) { return found }
+            let opened = try destination.open(place)
+            recent = [opened] + recent.prefix(1)
+            return opened
         }
-        while let (path, target) = staged.first {
-            guard try FileSystem().renameIfAbsent(path, to: target) else {
-                throw CommandFailure(.failure, "cannot write \(target): it was created by something else during the fetch")
-            }
+        while let (container, name, parent, target) = staged.first {
+            let from = try open(container)
+            let to = try open(parent)
+            try publishBuiltDirectory(name, from: from.directory, to: target, in: to.directory, path: to.path(of: target))
             staged.removeFirst()
             published = true
         }
-        for container in containers.values { rmdir(container) }
+        removeContainers()
+    }
+
+    /// Removes each temporary directory, with what is left in it, from
+    /// its parent (if that is still the directory it was).
+    private func removeContainers() {
+        for (parent, name, _) in containers {
+            try? destination.open(parent).directory.removeTree(name)
+        }
         containers.removeAll()
     }
 
@@ -966,18 +1031,17 @@ final class TreeExport: @unchecked Sendable {
     /// way ends, and the directories not published.
     func discard() {
         _ = try? commits.wait()
-        for (temporary, _) in committing + waiting { unlink(temporary) }
+        for (directory, temporary, _) in committing + waiting { try? directory.directory.remove(temporary) }
         committing.removeAll()
         waiting.removeAll()
-        for container in containers.values { try? FileManager.default.removeItem(atPath: container) }
-        containers.removeAll()
+        removeContainers()
         staged.removeAll()
     }
 
     /// Makes the renames durable (best effort: each file is already whole).
     func syncRenames() {
         guard count > 0 || published else { return }
-        for directory in fileSystems.values { syncFileSystem(directory) }
+        for directory in fileSystems.values { try? directory.directory.syncFileSystem() }
     }
 }
 
@@ -992,22 +1056,18 @@ struct UncheckedStore: @unchecked Sendable {
 
 /// Creates the local directory `path` and any missing parents (`mode`
 /// for those it creates, less the umask), like `mkdir -p`; an existing
-/// directory is fine. Fails with one line naming the path: something that
-/// is not a directory in the way, or the error of the `mkdir` that failed.
-/// Without `followingLink`, a symbolic link at `path` itself is in the
-/// way too, even to a directory: a fetch follows none below its
-/// destination, where it would write into the directory the link leads to.
-func makeLocalDirectory(_ path: String, mode: mode_t = 0o777, followingLink: Bool = true) throws {
-    func look(_ path: String, _ st: inout stat) -> Bool {
-        (followingLink ? stat(path, &st) : lstat(path, &st)) == 0
-    }
-    func inTheWay(_ path: String, _ st: stat) -> CommandFailure {
-        let link = st.st_mode & S_IFMT == S_IFLNK ? " (a symbolic link, not followed below the destination)" : ""
-        return CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory\(link)")
+/// directory is fine, and links on the way are followed: this is for the
+/// paths the user gives (DEST, the store). Fails with one line naming the
+/// path: something that is not a directory in the way, or the error of the
+/// `mkdir` that failed. Below a destination, directories are made with
+/// ``LocalDirectory/subdirectory(_:creating:new:)`` instead.
+func makeLocalDirectory(_ path: String, mode: mode_t = 0o777) throws {
+    func inTheWay(_ path: String) -> CommandFailure {
+        CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory")
     }
     var st = stat()
-    if look(path, &st) {
-        guard st.st_mode & S_IFMT == S_IFDIR else { throw inTheWay(path, st) }
+    if stat(path, &st) == 0 {
+        guard st.st_mode & S_IFMT == S_IFDIR else { throw inTheWay(path) }
         return
     }
     let (trimmed, parent) = splitLocalPath(path)
@@ -1016,7 +1076,7 @@ func makeLocalDirectory(_ path: String, mode: mode_t = 0o777, followingLink: Boo
         throw CommandFailure(.failure, "cannot create directory \(trimmed): \(String(cString: strerror(errno)))")
     }
     // Another process may have made something else there meanwhile.
-    guard look(trimmed, &st), st.st_mode & S_IFMT == S_IFDIR else { throw inTheWay(trimmed, st) }
+    guard stat(trimmed, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { throw inTheWay(trimmed) }
 }
 
 /// `path` without a trailing "/", and its parent directory ("." for a bare
@@ -1025,41 +1085,6 @@ func splitLocalPath(_ path: String) -> (trimmed: String, parent: String) {
     let trimmed = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
     let parent = (trimmed as NSString).deletingLastPathComponent
     return (trimmed, parent.isEmpty ? "." : parent)
-}
-
-/// syncfs(2) on the file system holding `directory`: one journal commit
-/// for every file written into it.
-@discardableResult
-func syncFileSystem(_ directory: String) -> Bool {
-    (try? FileSystem().syncFileSystem(containing: directory)) != nil
-}
-
-/// Writes a local file atomically: a temporary file beside it, fsync,
-/// rename, fsync of the directory. `body` writes into `fd`, open on the
-/// file at `temporary`. Nothing is left if `body` throws.
-func writeLocalFile(_ path: String, mode: mode_t = 0o600, _ body: (_ fd: Int32, _ temporary: String) throws -> Void) throws {
-    let directory = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
-    let temporary = directory + "/.locker-" + UUID().uuidString + ".tmp"
-    let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
-    guard fd >= 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
-    // Closed once: after close, the number may name another thread's file.
-    var isOpen = true
-    do {
-        try body(fd, temporary)
-        guard fsync(fd) == 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
-        Foundation.close(fd)
-        isOpen = false
-        guard rename(temporary, path) == 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
-        let dirFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dirFD >= 0 {
-            _ = fsync(dirFD)
-            Foundation.close(dirFD)
-        }
-    } catch {
-        if isOpen { Foundation.close(fd) }
-        unlink(temporary)
-        throw error
-    }
 }
 
 extension OutputFile {
@@ -1440,11 +1465,22 @@ struct Export: ParsableCommand {
                                  hint: "move it first, for example 'locker mv /manifest.json /manifest.json.orig'")
         }
         try makeLocalDirectory(destination, mode: 0o700)
+        // Each directory is made from its parent, through no link, and
+        // written into by descriptor (``LocalDestination``); one open at a
+        // time, found again by its place.
+        let local = try LocalDestination(destination)
+        var places: [StorePath: LocalPlace] = [.root: local.root.place]
+        var current: (path: StorePath, directory: LocalDirectory) = (.root, local.root)
+        func directory(_ path: StorePath) throws -> LocalDirectory {
+            if current.path != path { current = (path, try local.open(places[path]!)) }
+            return current.directory
+        }
         var entries: [Entry] = []
         try store.walk(.root) { path, isDirectory in
-            let local = destination + path.description
             if isDirectory {
-                try makeLocalDirectory(local, followingLink: path == .root)
+                let made = try directory(path.parent).subdirectory(path.name)
+                places[path] = made.place
+                current = (path, made)
                 return
             }
             guard case .object(let info) = try store.stat(path).kind else { return }
@@ -1452,8 +1488,9 @@ struct Export: ParsableCommand {
                               protectionSource: info.protectionSource.description, size: info.size, exported: false,
                               skipped: nil, created: time(info.created), modified: time(info.modified))
             do {
-                try writeLocalFile(local) { fd, file in
-                    try OutputFile(fd: fd, path: file, size: info.size).writeInOrder(name: local) { try store.read(path, into: $0) }
+                let parent = try directory(path.parent)
+                try parent.writeFile(path.name) { file in
+                    try file.output(size: info.size).writeInOrder(name: parent.path(of: path.name)) { try store.read(path, into: $0) }
                 }
                 entry.exported = true
             } catch DeviceError.protectedDataUnavailable {
@@ -1466,8 +1503,8 @@ struct Export: ParsableCommand {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         let manifest = try encoder.encode(["objects": entries])
-        try writeLocalFile(destination + "/manifest.json", mode: 0o600) { fd, _ in
-            try manifest.withUnsafeBytes { try writeAll(fd, $0, path: "manifest.json") }
+        try local.root.writeFile("manifest.json") { file in
+            try manifest.withUnsafeBytes { try writeAll(file.fd, $0, path: "manifest.json") }
         }
         let skipped = entries.filter { !$0.exported }
         print("Exported \(entries.count - skipped.count) of \(entries.count) objects to \(destination).")

@@ -473,6 +473,100 @@ struct TreeCLITests {
         }
     }
 
+    /// `get -r` writes into the directories it opened, by descriptor: a
+    /// directory below DEST moved away and replaced by a link to another
+    /// directory while its files are written gets no file where the link
+    /// leads. Into an existing DEST, the files land in the directory
+    /// opened, wherever it was moved. Into a new DEST, the temporary
+    /// directory it is built in is swapped: the fetch fails, empties the
+    /// tree it built, and leaves DEST absent.
+    @Test func treeFetchWritesNoFileThroughADirectoryReplacedByALink() throws {
+        try withStoreFixture { f in
+            let (local, outside) = try treeBesideOutside(f, "tree", subdirectory: "b")
+            // Four large files: two cores write two at a time, so the last
+            // ones are created after the swap below.
+            let size = 64 << 20
+            for i in 0..<4 {
+                let big = local + "/b/big\(i).bin"
+                try #require(FileManager.default.createFile(atPath: big, contents: nil))
+                try #require(truncate(big, off_t(size)) == 0)
+            }
+            try f.ok(["put", "-r", local, "/t"])
+            // Whatever is created where the link leads, even if removed
+            // again before the command ends.
+            let watch = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+            try #require(watch >= 0)
+            defer { close(watch) }
+            try #require(inotify_add_watch(watch, outside, UInt32(IN_CREATE)) >= 0)
+            func createdOutside() -> Int {
+                var buffer = [UInt8](repeating: 0, count: 1 << 16)
+                let n = read(watch, &buffer, buffer.count)
+                return n > 0 ? n : 0
+            }
+
+            /// Runs `arguments` until it has a file open whose path starts
+            /// with `prefix`, then calls `swap`; returns the exit status and
+            /// standard error.
+            func fetch(_ arguments: [String], swapWhenOpen prefix: String, _ swap: () throws -> Void) throws -> (Int32?, String) {
+                let errors = f.root + "/get.err"
+                let run = try BackgroundRun(f, arguments, stderr: errors)
+                defer { run.stop() }
+                let pid = run.process.processIdentifier
+                func hasOpen() -> Bool {
+                    let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+                    return fds.contains {
+                        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)"))?.hasPrefix(prefix) == true
+                    }
+                }
+                let deadline = Date().addingTimeInterval(30)
+                while !hasOpen(), Date() < deadline, run.waitForExit(seconds: 0) == nil { usleep(100) }
+                try #require(hasOpen(), "the command never had a file open under \(prefix)")
+                try swap()
+                let status = run.waitForExit(seconds: 60)
+                return (status, (try? String(contentsOfFile: errors, encoding: .utf8)) ?? "")
+            }
+
+            // An existing DEST with b in it: b is swapped.
+            let dest = f.root + "/dest"
+            let moved = f.root + "/b-moved"
+            try FileManager.default.createDirectory(atPath: dest + "/b", withIntermediateDirectories: true)
+            let (status, stderr) = try fetch(["get", "-r", "/t", dest], swapWhenOpen: dest + "/b/.locker-") {
+                try FileManager.default.moveItem(atPath: dest + "/b", toPath: moved)
+                try #require(symlink(outside, dest + "/b") == 0)
+            }
+            #expect(createdOutside() == 0, "files were created where the link leads")
+            #expect(localFiles(outside).isEmpty, "written where the link leads: \(localFiles(outside))")
+            #expect(status == 0, "exit \(String(describing: status)): \(stderr)")
+            #expect(localFiles(moved) == (0..<4).map { "big\($0).bin" }, "\(localFiles(moved))")
+            for i in 0..<4 {
+                var st = stat()
+                #expect(lstat(moved + "/big\(i).bin", &st) == 0 && st.st_size == size && st.st_mode & 0o777 == 0o600)
+            }
+
+            // A new DEST: the directory it is built in is swapped. The link
+            // leads to a directory with a b of its own, where b's files
+            // would go.
+            try FileManager.default.createDirectory(atPath: outside + "/b", withIntermediateDirectories: true)
+            try #require(inotify_add_watch(watch, outside + "/b", UInt32(IN_CREATE)) >= 0)
+            #expect(createdOutside() > 0, "the watch missed the creation of \(outside)/b")
+            let parent = f.root + "/parent"
+            let builtIn = f.root + "/built-in-moved"
+            try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
+            let (newStatus, newStderr) = try fetch(["get", "-r", "/t", parent + "/new"], swapWhenOpen: parent + "/.locker-") {
+                let staging = try #require(try FileManager.default.contentsOfDirectory(atPath: parent).first { $0.hasPrefix(".locker-") })
+                try FileManager.default.moveItem(atPath: parent + "/" + staging, toPath: builtIn)
+                try #require(symlink(outside, parent + "/" + staging) == 0)
+            }
+            #expect(createdOutside() == 0, "files were created where the link leads")
+            #expect(localFiles(outside) == ["b"], "written where the link leads: \(localFiles(outside))")
+            #expect(newStatus == 1, "exit \(String(describing: newStatus)): \(newStderr)")
+            #expect(newStderr.contains("locker: error: cannot write \(parent)/new: the directory it was built in was moved or replaced during the fetch"), "\(newStderr)")
+            var st = stat()
+            #expect(lstat(parent + "/new", &st) != 0 && errno == ENOENT, "DEST was left behind")
+            #expect(localFiles(builtIn).isEmpty, "the tree built was left: \(localFiles(builtIn))")
+        }
+    }
+
     /// `get -r` into an existing directory follows no symbolic link below
     /// it: a subdirectory that is a link (here to a directory outside)
     /// fails the fetch with one line, and nothing is written where it

@@ -17,6 +17,10 @@ int locker_syncfs(int fd);
 // EINVAL where the file system cannot). Returns 0 or -1 with errno.
 int locker_rename_noreplace(const char *from, const char *to);
 
+// The same, with each name relative to an open directory (renameat2(2)):
+// `from` in `from_dir` becomes `to` in `to_dir`, if `to` does not exist.
+int locker_renameat_noreplace(int from_dir, const char *from, int to_dir, const char *to);
+
 // mallopt(M_ARENA_MAX, count): M_ARENA_MAX is a macro and mallopt is
 // not in the Glibc module. Returns 1 on success, 0 on error.
 int locker_limit_malloc_arenas(int count);

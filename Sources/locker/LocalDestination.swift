@@ -1,0 +1,210 @@
+import Foundation
+import LockerIO
+
+/// Where a fetch (`get -r`, `export`) writes: a local directory opened
+/// once (DEST, or the parent of a new tree), following a symbolic link at
+/// the path the user gave, and every directory below it reached from the
+/// one above by descriptor, through no link (``LocalDirectory``).
+///
+/// Plaintext is written only into files created (`O_EXCL`, 0600) in
+/// directories opened that way, so another user who can write to DEST
+/// cannot send it elsewhere by swapping a directory for a link during the
+/// fetch: what was opened is what is written into, and a link found later
+/// fails the fetch.
+final class LocalDestination: @unchecked Sendable {
+    let root: LocalDirectory
+
+    /// Opens the directory `path`; one error line if it is not one.
+    init(_ path: String) throws {
+        do {
+            let directory = try OpenDirectory(path)
+            root = LocalDirectory(directory, relative: ".")
+        } catch {
+            throw CommandFailure(.failure, error.errno == ENOTDIR
+                ? "cannot write into \(path): it exists and is not a directory"
+                : "cannot write into \(path): \(String(cString: strerror(error.errno)))")
+        }
+    }
+
+    /// Opens the directory at `place` again: below the root, through no
+    /// link, and only if it is still the directory first opened there (a
+    /// directory moved away and replaced by another fails).
+    func open(_ place: LocalPlace) throws -> LocalDirectory {
+        if place.relative == "." { return root }
+        let directory: OpenDirectory
+        do {
+            directory = try OpenDirectory(place.relative, beneath: root.directory, path: place.path)
+        } catch {
+            throw CommandFailure(.failure, "cannot write into \(place.path): \(Self.reason(error))")
+        }
+        guard directory.status.device == place.device, directory.status.inode == place.inode else {
+            throw CommandFailure(.failure, "cannot write into \(place.path): it was moved or replaced during the fetch")
+        }
+        return LocalDirectory(directory, relative: place.relative)
+    }
+
+    static func reason(_ error: IOError) -> String {
+        switch error.errno {
+        case ELOOP, EXDEV: "it, or a directory on its way, is now a symbolic link (not followed below the destination)"
+        case ENOENT: "it was moved or removed during the fetch"
+        default: String(cString: strerror(error.errno))
+        }
+    }
+}
+
+/// A directory below a ``LocalDestination``'s root, to open again later:
+/// its path relative to the root, and which directory it was (device and
+/// inode) when first opened.
+struct LocalPlace: Equatable, Sendable {
+    let relative: String
+    /// The path errors give.
+    let path: String
+    let device: UInt64
+    let inode: UInt64
+}
+
+/// A directory a fetch writes into, open (``OpenDirectory``), and where it
+/// is below the destination's root.
+final class LocalDirectory: @unchecked Sendable {
+    let directory: OpenDirectory
+    let place: LocalPlace
+
+    init(_ directory: OpenDirectory, relative: String) {
+        self.directory = directory
+        place = LocalPlace(relative: relative, path: directory.path,
+                           device: directory.status.device, inode: directory.status.inode)
+    }
+
+    var path: String { directory.path }
+
+    func path(of name: String) -> String { directory.path(of: name) }
+
+    /// Opens the directory `name` in this one, creating it first (`mode`,
+    /// less the umask) if it is missing. A symbolic link there is in the
+    /// way, whatever it leads to, as is anything else but a directory; one
+    /// error line names it. With `new`, it must not exist yet.
+    func subdirectory(_ name: String, creating mode: UInt32 = 0o777, new: Bool = false) throws -> LocalDirectory {
+        let path = path(of: name)
+        let created: Bool
+        do {
+            created = try directory.makeDirectory(name, mode: mode)
+        } catch {
+            throw CommandFailure(.failure, "cannot create directory \(path): \(String(cString: strerror(error.errno)))")
+        }
+        guard created || !new else {
+            throw CommandFailure(.failure, "cannot create directory \(path): \(String(cString: strerror(EEXIST)))")
+        }
+        let opened: OpenDirectory
+        do {
+            opened = try directory.subdirectory(name)
+        } catch where error.errno == ELOOP {
+            throw CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory (a symbolic link, not followed below the destination)")
+        } catch where error.errno == ENOTDIR {
+            throw CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory")
+        } catch {
+            throw CommandFailure(.failure, "cannot write into \(path): \(String(cString: strerror(error.errno)))")
+        }
+        // What was just made is the caller's; another owner means it was
+        // swapped for someone else's between the two calls.
+        if created, opened.status.uid != geteuid() {
+            throw CommandFailure(.failure, "cannot write into \(path): it was replaced during the fetch")
+        }
+        let relative = place.relative == "." ? name : place.relative + "/" + name
+        return LocalDirectory(opened, relative: relative)
+    }
+
+    /// Whether something (a link included) is at `name`.
+    func contains(_ name: String) throws -> Bool {
+        do {
+            return try directory.status(of: name) != nil
+        } catch {
+            throw CommandFailure(.failure, "cannot write into \(path(of: name)): \(String(cString: strerror(error.errno)))")
+        }
+    }
+
+    /// Writes the file `name` atomically, as ``writeLocalFile(_:mode:_:)``
+    /// does, in this directory.
+    func writeFile(_ name: String, mode: UInt32 = 0o600, _ body: (NewLocalFile) throws -> Void) throws {
+        try writeLocalFile(name, in: directory, path: path(of: name), mode: mode, body)
+    }
+}
+
+/// Renames the directory `name` in `from`, built out of sight, to `target`
+/// in `to`, never over anything there; one error line naming `path` (the
+/// target's) otherwise.
+func publishBuiltDirectory(_ name: String, from: OpenDirectory, to target: String, in to: OpenDirectory, path: String) throws {
+    let renamed: Bool
+    do {
+        renamed = try from.renameIfAbsent(name, to: target, in: to)
+    } catch {
+        throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(error.errno)))")
+    }
+    guard renamed else {
+        throw CommandFailure(.failure, "cannot write \(path): it was created by something else during the fetch")
+    }
+}
+
+/// A file being written by ``writeLocalFile(_:mode:_:)``.
+struct NewLocalFile {
+    let fd: Int32
+    /// Its temporary name, in `directory`.
+    let name: String
+    let directory: OpenDirectory
+
+    /// An ``OutputFile`` for writing `size` bytes into it at offsets.
+    func output(size: UInt64) -> OutputFile {
+        OutputFile(fd: fd, name: name, in: directory, size: size)
+    }
+}
+
+/// Writes the local file `path` atomically: a temporary file beside it,
+/// fsync, rename, fsync of the directory. The directory is opened once
+/// (following a link on the way, as the user's own path), and the file
+/// is created and renamed relative to it. `body` writes into the file.
+/// Nothing is left if `body` throws.
+func writeLocalFile(_ path: String, mode: UInt32 = 0o600, _ body: (NewLocalFile) throws -> Void) throws {
+    let name = (path as NSString).lastPathComponent
+    guard !path.hasSuffix("/"), !name.isEmpty, name != ".", name != ".." else {
+        throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(EISDIR)))")
+    }
+    let parent = (path as NSString).deletingLastPathComponent
+    let directory: OpenDirectory
+    do {
+        directory = try OpenDirectory(parent.isEmpty ? "." : parent)
+    } catch {
+        throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(error.errno)))")
+    }
+    try writeLocalFile(name, in: directory, path: path, mode: mode, body)
+}
+
+private func writeLocalFile(_ name: String, in directory: OpenDirectory, path: String, mode: UInt32,
+                            _ body: (NewLocalFile) throws -> Void) throws {
+    func failure(_ error: IOError) -> CommandFailure {
+        CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(error.errno)))")
+    }
+    let temporary = ".locker-" + UUID().uuidString + ".tmp"
+    let fd: Int32
+    do {
+        fd = try directory.createFile(temporary, mode: mode)
+    } catch {
+        throw failure(error)
+    }
+    // Closed once: after close, the number may name another thread's file.
+    var isOpen = true
+    do {
+        try body(NewLocalFile(fd: fd, name: temporary, directory: directory))
+        guard fsync(fd) == 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
+        Foundation.close(fd)
+        isOpen = false
+        do {
+            try directory.rename(temporary, to: name)
+        } catch {
+            throw failure(error)
+        }
+        try? directory.sync()
+    } catch {
+        if isOpen { Foundation.close(fd) }
+        try? directory.remove(temporary)
+        throw error
+    }
+}
