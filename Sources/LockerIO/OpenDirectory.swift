@@ -63,9 +63,15 @@ public final class OpenDirectory: @unchecked Sendable {
 
     /// Opens the directory `name` in this one. A symbolic link there fails
     /// with ELOOP, whatever it leads to; anything else that is not a
-    /// directory with ENOTDIR.
+    /// directory with ENOTDIR; a directory on another file system (a mount
+    /// point) with EXDEV: whoever mounted it decides what its files are,
+    /// and where what is written to them goes (a FUSE file system of
+    /// another user's, say), and its owner and mode are only what it
+    /// reports, but its device number is the kernel's.
     public func subdirectory(_ name: String) throws(IOError) -> OpenDirectory {
-        try OpenDirectory(Self.checked(name), beneath: self, path: path(of: name))
+        let opened = try OpenDirectory(Self.checked(name), beneath: self, path: path(of: name))
+        guard opened.status.device == status.device else { throw IOError("open", path: opened.path, errno: EXDEV) }
+        return opened
     }
 
     /// Creates the directory `name` (`mode`, less the umask); returns

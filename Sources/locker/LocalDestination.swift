@@ -7,10 +7,11 @@ import LockerIO
 /// one above by descriptor, through no link (``LocalDirectory``).
 ///
 /// Plaintext is written only into files created (`O_EXCL`, 0600) in
-/// directories opened that way, so another user who can write to DEST
-/// cannot send it elsewhere by swapping a directory for a link during the
-/// fetch: what was opened is what is written into, and a link found later
-/// fails the fetch.
+/// directories opened that way, on DEST's own file systems (no mount point
+/// below DEST is entered), so another user who can write to DEST cannot
+/// send it elsewhere by swapping a directory for a link or a mount during
+/// the fetch: what was opened is what is written into, and a directory
+/// found moved or replaced when its turn comes fails the fetch.
 final class LocalDestination: @unchecked Sendable {
     let root: LocalDirectory
 
@@ -81,9 +82,12 @@ final class LocalDirectory: @unchecked Sendable {
 
     /// Opens the directory `name` in this one, creating it first (`mode`,
     /// less the umask) if it is missing. A symbolic link there is in the
-    /// way, whatever it leads to, as is anything else but a directory; one
-    /// error line names it. With `new`, it must not exist yet.
-    func subdirectory(_ name: String, creating mode: UInt32 = 0o777, new: Bool = false) throws -> LocalDirectory {
+    /// way, whatever it leads to, as is anything else but a directory, and
+    /// a directory on another file system (a mount point) is not entered;
+    /// one error line names it. With `new`, it must not exist yet; with
+    /// `seen`, it must be the directory (device and inode) seen there
+    /// earlier, if it is still there.
+    func subdirectory(_ name: String, creating mode: UInt32 = 0o777, new: Bool = false, seen: FileStatus? = nil) throws -> LocalDirectory {
         let path = path(of: name)
         let created: Bool
         do {
@@ -101,22 +105,23 @@ final class LocalDirectory: @unchecked Sendable {
             throw CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory (a symbolic link, not followed below the destination)")
         } catch where error.errno == ENOTDIR {
             throw CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory")
+        } catch where error.errno == EXDEV {
+            throw CommandFailure(.failure, "cannot write into \(path): it is on another file system (a mount point, not entered below the destination)",
+                                 hint: "fetch into it as the destination itself")
         } catch {
             throw CommandFailure(.failure, "cannot write into \(path): \(String(cString: strerror(error.errno)))")
         }
-        // What was just made is the caller's; another owner means it was
-        // swapped for someone else's between the two calls.
-        if created, opened.status.uid != geteuid() {
-            throw CommandFailure(.failure, "cannot write into \(path): it was replaced during the fetch")
+        if let seen, !created, !opened.status.isSameFile(as: seen) {
+            throw CommandFailure(.failure, "cannot write into \(path): it was moved or replaced during the fetch")
         }
         let relative = place.relative == "." ? name : place.relative + "/" + name
         return LocalDirectory(opened, relative: relative)
     }
 
-    /// Whether something (a link included) is at `name`.
-    func contains(_ name: String) throws -> Bool {
+    /// What is at `name` (a link is not followed); nil if nothing is.
+    func status(of name: String) throws -> FileStatus? {
         do {
-            return try directory.status(of: name) != nil
+            return try directory.status(of: name)
         } catch {
             throw CommandFailure(.failure, "cannot write into \(path(of: name)): \(String(cString: strerror(error.errno)))")
         }
@@ -163,14 +168,13 @@ struct NewLocalFile {
 /// is created and renamed relative to it. `body` writes into the file.
 /// Nothing is left if `body` throws.
 func writeLocalFile(_ path: String, mode: UInt32 = 0o600, _ body: (NewLocalFile) throws -> Void) throws {
-    let name = (path as NSString).lastPathComponent
+    let (_, parent, name) = splitLocalPath(path)
     guard !path.hasSuffix("/"), !name.isEmpty, name != ".", name != ".." else {
         throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(EISDIR)))")
     }
-    let parent = (path as NSString).deletingLastPathComponent
     let directory: OpenDirectory
     do {
-        directory = try OpenDirectory(parent.isEmpty ? "." : parent)
+        directory = try OpenDirectory(parent)
     } catch {
         throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(error.errno)))")
     }

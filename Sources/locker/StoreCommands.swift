@@ -183,17 +183,8 @@ struct Put: ParsableCommand {
     /// batch holds one per data file). The soft limit is raised towards
     /// the hard one first, as many tools do.
     static func dataFilesPerBatch() -> Int {
-        var limit = rlimit()
-        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
-        guard getrlimit(resource, &limit) == 0 else { return 32 }
-        let wanted = rlim_t(2 * maxDataFilesPerBatch + 256)
-        if limit.rlim_cur < wanted {
-            var raised = limit
-            raised.rlim_cur = min(limit.rlim_max, wanted)
-            if setrlimit(resource, &raised) == 0 { limit = raised }
-        }
         // Leave room for the walk, the agent's socket and the source file.
-        let room = Int(min(limit.rlim_cur, rlim_t(Int32.max))) - 128
+        let room = raiseDescriptorLimit(to: 2 * maxDataFilesPerBatch + 256) - 128
         return max(1, min(maxDataFilesPerBatch, room / 2))
     }
 
@@ -726,11 +717,13 @@ struct Get: ParsableCommand {
     }
 
     private func exportNewTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
-        let (trimmed, parent) = splitLocalPath(local)
+        let (trimmed, parent, name) = splitLocalPath(local)
+        guard name != "." && name != ".." else {
+            throw CommandFailure(.failure, "cannot create directory \(local): the name of a new directory cannot be \(name)")
+        }
         try makeLocalDirectory(parent)
         let destination = try LocalDestination(parent)
         let base = destination.root
-        let name = (trimmed as NSString).lastPathComponent
         let stagingName = ".locker-" + UUID().uuidString + ".tmp"
         let staging = try base.subdirectory(stagingName, new: true)
         do {
@@ -789,13 +782,14 @@ struct Get: ParsableCommand {
         // Each directory with where it goes (the top: nil) and the export
         // its files go through: none in a directory being built out of
         // sight.
-        var stack: [(source: StorePath, parent: LocalPlace?, name: String, export: TreeExport?)] = [(source, nil, "", export)]
+        var stack: [(source: StorePath, parent: LocalPlace?, name: String, seen: FileStatus?, export: TreeExport?)] =
+            [(source, nil, "", nil, export)]
         var next: (path: StorePath, listing: Prefetch<FetchListing>)?
         defer { _ = try? next?.listing.wait() }
         // The last directories written into: the next one's parent is
         // usually one of them.
         var recent: [LocalDirectory] = []
-        while let (source, parentPlace, name, export) = stack.popLast() {
+        while let (source, parentPlace, name, seen, export) = stack.popLast() {
             let listing: FetchListing
             if let prefetched = next, prefetched.path == source {
                 next = nil
@@ -806,7 +800,9 @@ struct Get: ParsableCommand {
             let local: LocalDirectory
             if let parentPlace {
                 let parent = try recent.last { $0.place == parentPlace } ?? destination.open(parentPlace)
-                local = try parent.subdirectory(name)
+                // Without an export, it is built out of sight: nothing can
+                // be there yet.
+                local = try parent.subdirectory(name, new: export == nil, seen: seen)
                 recent = [parent, local]
             } else {
                 local = top
@@ -814,14 +810,17 @@ struct Get: ParsableCommand {
             }
             export?.noteDirectory(local)
             for directory in listing.directories.reversed() {
-                if let export, try !local.contains(directory.name) {
+                // Into an existing tree, what is there now; when its turn
+                // comes, it must still be there or gone.
+                let seen = export == nil ? nil : try local.status(of: directory.name)
+                if let export, seen == nil {
                     let (container, staged) = try export.stage(directory.name, in: local)
-                    stack.append((directory, container, staged, nil))
+                    stack.append((directory, container, staged, nil, nil))
                 } else {
-                    stack.append((directory, local.place, directory.name, export))
+                    stack.append((directory, local.place, directory.name, seen, export))
                 }
             }
-            if let (path, _, _, _) = stack.last {
+            if let (path, _, _, _, _) = stack.last {
                 next = (path, Prefetch { try store.listForFetch(path) })
             }
             let objects = listing.objects
@@ -889,10 +888,12 @@ struct Get: ParsableCommand {
 /// writes the next ones; the directories are published at the end.
 ///
 /// A waiting file keeps its directory open, and is renamed and removed
-/// through it: the group is committed once its files are in 128
-/// directories, so that the descriptors held stay few.
+/// through it: the group is also committed once its files are in as many
+/// directories as the descriptor limit leaves room for
+/// (``directoriesPerCommit``).
 final class TreeExport: @unchecked Sendable {
     private let destination: LocalDestination
+    private let directoriesPerCommit = TreeExport.directoriesPerCommit()
     private var waiting: [(directory: LocalDirectory, temporary: String, target: String)] = []
     private var waitingDirectories = 0
     /// For each existing directory that gets new subdirectories (by its
@@ -918,7 +919,16 @@ final class TreeExport: @unchecked Sendable {
     }
 
     /// Whether the waiting files should be committed now.
-    var isFull: Bool { waiting.count >= 4096 || waitingDirectories >= 128 }
+    var isFull: Bool { waiting.count >= 4096 || waitingDirectories >= directoriesPerCommit }
+
+    /// Directories whose files one commit may hold: up to 1,024, as far as
+    /// the descriptor limit allows two groups at once (the one committed
+    /// and the next), with room to spare. The soft limit is raised towards
+    /// the hard one first, as ``Put/dataFilesPerBatch()`` does.
+    static func directoriesPerCommit() -> Int {
+        let wanted = 1024
+        return max(1, min(wanted, (raiseDescriptorLimit(to: 2 * wanted + 256) - 128) / 2))
+    }
 
     /// Notes files written in `directory`, each under its temporary name.
     func add(_ files: [(temporary: String, target: String)], in directory: LocalDirectory) {
@@ -1015,14 +1025,21 @@ final class TreeExport: @unchecked Sendable {
             staged.removeFirst()
             published = true
         }
-        removeContainers()
+        removeContainers(empty: true)
     }
 
-    /// Removes each temporary directory, with what is left in it, from
-    /// its parent (if that is still the directory it was).
-    private func removeContainers() {
-        for (parent, name, _) in containers {
-            try? destination.open(parent).directory.removeTree(name)
+    /// Removes each temporary directory, emptied first unless `empty`.
+    /// Each is opened by its place (so only if it is still the directory
+    /// made), emptied through its descriptor, and removed from its parent
+    /// only if the name still holds it: another directory renamed there
+    /// meanwhile is left alone, contents and all.
+    private func removeContainers(empty: Bool) {
+        for (parent, name, place) in containers {
+            guard let container = try? destination.open(place), let parent = try? destination.open(parent) else { continue }
+            if !empty { try? container.directory.removeContents() }
+            if let there = try? parent.directory.status(of: name), there.isSameFile(as: container.directory.status) {
+                try? parent.directory.removeDirectory(name)
+            }
         }
         containers.removeAll()
     }
@@ -1034,7 +1051,7 @@ final class TreeExport: @unchecked Sendable {
         for (directory, temporary, _) in committing + waiting { try? directory.directory.remove(temporary) }
         committing.removeAll()
         waiting.removeAll()
-        removeContainers()
+        removeContainers(empty: false)
         staged.removeAll()
     }
 
@@ -1070,7 +1087,7 @@ func makeLocalDirectory(_ path: String, mode: mode_t = 0o777) throws {
         guard st.st_mode & S_IFMT == S_IFDIR else { throw inTheWay(path) }
         return
     }
-    let (trimmed, parent) = splitLocalPath(path)
+    let (trimmed, parent, _) = splitLocalPath(path)
     if parent != trimmed { try makeLocalDirectory(parent, mode: mode) }
     guard mkdir(trimmed, mode) == 0 || errno == EEXIST else {
         throw CommandFailure(.failure, "cannot create directory \(trimmed): \(String(cString: strerror(errno)))")
@@ -1079,12 +1096,32 @@ func makeLocalDirectory(_ path: String, mode: mode_t = 0o777) throws {
     guard stat(trimmed, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { throw inTheWay(trimmed) }
 }
 
-/// `path` without a trailing "/", and its parent directory ("." for a bare
-/// name, "/" for a name at the root).
-func splitLocalPath(_ path: String) -> (trimmed: String, parent: String) {
-    let trimmed = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
-    let parent = (trimmed as NSString).deletingLastPathComponent
-    return (trimmed, parent.isEmpty ? "." : parent)
+/// Raises the soft limit on open descriptors towards `wanted`, as far as
+/// the hard limit allows, and returns the soft limit then in force (192 if
+/// it cannot be read).
+func raiseDescriptorLimit(to wanted: Int) -> Int {
+    var limit = rlimit()
+    let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+    guard getrlimit(resource, &limit) == 0 else { return 192 }
+    if limit.rlim_cur < rlim_t(wanted) {
+        var raised = limit
+        raised.rlim_cur = min(limit.rlim_max, rlim_t(wanted))
+        if setrlimit(resource, &raised) == 0 { limit = raised }
+    }
+    return Int(min(limit.rlim_cur, rlim_t(Int32.max)))
+}
+
+/// `path` without trailing "/"s, its parent directory ("." for a bare
+/// name, "/" for a name at the root) and its last component. (Not
+/// `NSString.deletingLastPathComponent`, which this Foundation stops the
+/// process on for a one-character name.)
+func splitLocalPath(_ path: String) -> (trimmed: String, parent: String, name: String) {
+    var trimmed = path
+    while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
+    guard let slash = trimmed.lastIndex(of: "/") else { return (trimmed, ".", trimmed) }
+    var parent = String(trimmed[..<slash])
+    while parent.count > 1 && parent.hasSuffix("/") { parent.removeLast() }
+    return (trimmed, parent.isEmpty ? "/" : parent, String(trimmed[trimmed.index(after: slash)...]))
 }
 
 extension OutputFile {

@@ -129,6 +129,33 @@ struct TreeCLITests {
         }
     }
 
+    /// A fetch into a one-character name relative to the working
+    /// directory works (a single object, and a tree); a new DEST named "."
+    /// or ".." below a missing directory is refused before anything is
+    /// fetched, with nothing left behind.
+    @Test func fetchIntoShortAndDotNames() throws {
+        try withStoreFixture { f in
+            let files = try storedTree(f, version: 5)
+            let work = f.root + "/work"
+            try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+            func inWork(_ arguments: [String]) throws -> CLIResult {
+                try f.runProgram("/bin/sh", ["-c", "cd \"$0\" && exec \"$@\"", work, CLIFixture.lockerPath] + arguments)
+            }
+            let single = try inWork(["get", "/t/empty-file", "x"])
+            #expect(single.status == 0, "\(single)")
+            #expect(FileManager.default.contents(atPath: work + "/x") == files["empty-file"])
+            let tree = try inWork(["get", "-r", "/t", "y"])
+            #expect(tree.status == 0, "\(tree)")
+            #expect(FileManager.default.contents(atPath: work + "/y/big.bin") == files["big.bin"])
+            for name in [".", ".."] {
+                let refused = try inWork(["get", "-r", "/t", "q/" + name])
+                #expect(refused.status == 1, "\(refused)")
+                #expect(refused.stderr == "locker: error: cannot create directory q/\(name): the name of a new directory cannot be \(name)\n", "\(refused)")
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: work).sorted() == ["x", "y"])
+        }
+    }
+
     /// Into an existing directory: files in existing local directories
     /// are replaced, other local files stay, and each missing directory
     /// is built out of sight and appears whole (empty ones included),
@@ -473,6 +500,64 @@ struct TreeCLITests {
         }
     }
 
+    /// Runs `locker arguments` in the background until it has a file open
+    /// whose path `isWatched` accepts, then calls `swap`; returns the exit
+    /// status and standard error.
+    private func fetch(_ f: CLIFixture, _ arguments: [String], swapWhen isWatched: (String) -> Bool,
+                       _ swap: () throws -> Void) throws -> (status: Int32?, stderr: String) {
+        let errors = f.root + "/fetch.err"
+        let run = try BackgroundRun(f, arguments, stderr: errors)
+        defer { run.stop() }
+        let pid = run.process.processIdentifier
+        func hasOpen() -> Bool {
+            let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+            return fds.contains {
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)")).map(isWatched) == true
+            }
+        }
+        let deadline = Date().addingTimeInterval(30)
+        while !hasOpen(), Date() < deadline, run.waitForExit(seconds: 0) == nil { usleep(100) }
+        try #require(hasOpen(), "the command never had the file open")
+        try swap()
+        let status = run.waitForExit(seconds: 60)
+        return (status, (try? String(contentsOfFile: errors, encoding: .utf8)) ?? "")
+    }
+
+    /// Whatever is created in the directories watched, even if removed
+    /// again before it is asked (inotify queues each creation).
+    private final class CreationWatch {
+        private let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+
+        init(_ directories: [String]) throws {
+            try #require(fd >= 0)
+            for directory in directories { try add(directory) }
+        }
+
+        deinit { close(fd) }
+
+        func add(_ directory: String) throws {
+            try #require(inotify_add_watch(fd, directory, UInt32(IN_CREATE)) >= 0)
+        }
+
+        /// The bytes of the creation events since the last call.
+        func created() -> Int {
+            var buffer = [UInt8](repeating: 0, count: 1 << 16)
+            let n = read(fd, &buffer, buffer.count)
+            return max(n, 0)
+        }
+    }
+
+    /// Large sparse files at `paths` below `local`: fetched at disk speed,
+    /// so a swap can happen while one is written.
+    private func largeFiles(_ local: String, _ paths: [String], size: Int = 64 << 20) throws {
+        for path in paths {
+            let full = local + "/" + path
+            try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try #require(FileManager.default.createFile(atPath: full, contents: nil))
+            try #require(truncate(full, off_t(size)) == 0)
+        }
+    }
+
     /// `get -r` writes into the directories it opened, by descriptor: a
     /// directory below DEST moved away and replaced by a link to another
     /// directory while its files are written gets no file where the link
@@ -483,58 +568,23 @@ struct TreeCLITests {
     @Test func treeFetchWritesNoFileThroughADirectoryReplacedByALink() throws {
         try withStoreFixture { f in
             let (local, outside) = try treeBesideOutside(f, "tree", subdirectory: "b")
-            // Four large files: two cores write two at a time, so the last
-            // ones are created after the swap below.
+            // Four large files: the cores write one each at a time, so on a
+            // machine of fewer than four the last are created after the
+            // swap below (on more, the renames still go through the link).
             let size = 64 << 20
-            for i in 0..<4 {
-                let big = local + "/b/big\(i).bin"
-                try #require(FileManager.default.createFile(atPath: big, contents: nil))
-                try #require(truncate(big, off_t(size)) == 0)
-            }
+            try largeFiles(local, (0..<4).map { "b/big\($0).bin" }, size: size)
             try f.ok(["put", "-r", local, "/t"])
-            // Whatever is created where the link leads, even if removed
-            // again before the command ends.
-            let watch = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
-            try #require(watch >= 0)
-            defer { close(watch) }
-            try #require(inotify_add_watch(watch, outside, UInt32(IN_CREATE)) >= 0)
-            func createdOutside() -> Int {
-                var buffer = [UInt8](repeating: 0, count: 1 << 16)
-                let n = read(watch, &buffer, buffer.count)
-                return n > 0 ? n : 0
-            }
-
-            /// Runs `arguments` until it has a file open whose path starts
-            /// with `prefix`, then calls `swap`; returns the exit status and
-            /// standard error.
-            func fetch(_ arguments: [String], swapWhenOpen prefix: String, _ swap: () throws -> Void) throws -> (Int32?, String) {
-                let errors = f.root + "/get.err"
-                let run = try BackgroundRun(f, arguments, stderr: errors)
-                defer { run.stop() }
-                let pid = run.process.processIdentifier
-                func hasOpen() -> Bool {
-                    let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
-                    return fds.contains {
-                        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)"))?.hasPrefix(prefix) == true
-                    }
-                }
-                let deadline = Date().addingTimeInterval(30)
-                while !hasOpen(), Date() < deadline, run.waitForExit(seconds: 0) == nil { usleep(100) }
-                try #require(hasOpen(), "the command never had a file open under \(prefix)")
-                try swap()
-                let status = run.waitForExit(seconds: 60)
-                return (status, (try? String(contentsOfFile: errors, encoding: .utf8)) ?? "")
-            }
+            let watch = try CreationWatch([outside])
 
             // An existing DEST with b in it: b is swapped.
             let dest = f.root + "/dest"
             let moved = f.root + "/b-moved"
             try FileManager.default.createDirectory(atPath: dest + "/b", withIntermediateDirectories: true)
-            let (status, stderr) = try fetch(["get", "-r", "/t", dest], swapWhenOpen: dest + "/b/.locker-") {
+            let (status, stderr) = try fetch(f, ["get", "-r", "/t", dest], swapWhen: { $0.hasPrefix(dest + "/b/.locker-") }) {
                 try FileManager.default.moveItem(atPath: dest + "/b", toPath: moved)
                 try #require(symlink(outside, dest + "/b") == 0)
             }
-            #expect(createdOutside() == 0, "files were created where the link leads")
+            #expect(watch.created() == 0, "files were created where the link leads")
             #expect(localFiles(outside).isEmpty, "written where the link leads: \(localFiles(outside))")
             #expect(status == 0, "exit \(String(describing: status)): \(stderr)")
             #expect(localFiles(moved) == (0..<4).map { "big\($0).bin" }, "\(localFiles(moved))")
@@ -543,27 +593,154 @@ struct TreeCLITests {
                 #expect(lstat(moved + "/big\(i).bin", &st) == 0 && st.st_size == size && st.st_mode & 0o777 == 0o600)
             }
 
-            // A new DEST: the directory it is built in is swapped. The link
-            // leads to a directory with a b of its own, where b's files
-            // would go.
+            // A new DEST: the directory it is built in is swapped while b's
+            // files are written. The link leads to a directory with a b of
+            // its own, where b's files would go.
             try FileManager.default.createDirectory(atPath: outside + "/b", withIntermediateDirectories: true)
-            try #require(inotify_add_watch(watch, outside + "/b", UInt32(IN_CREATE)) >= 0)
-            #expect(createdOutside() > 0, "the watch missed the creation of \(outside)/b")
+            try watch.add(outside + "/b")
+            #expect(watch.created() > 0, "the watch missed the creation of \(outside)/b")
             let parent = f.root + "/parent"
             let builtIn = f.root + "/built-in-moved"
             try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
-            let (newStatus, newStderr) = try fetch(["get", "-r", "/t", parent + "/new"], swapWhenOpen: parent + "/.locker-") {
+            let isBigFile = { (path: String) in path.hasPrefix(parent + "/.locker-") && path.hasSuffix(".bin") }
+            let (newStatus, newStderr) = try fetch(f, ["get", "-r", "/t", parent + "/new"], swapWhen: isBigFile) {
                 let staging = try #require(try FileManager.default.contentsOfDirectory(atPath: parent).first { $0.hasPrefix(".locker-") })
                 try FileManager.default.moveItem(atPath: parent + "/" + staging, toPath: builtIn)
                 try #require(symlink(outside, parent + "/" + staging) == 0)
             }
-            #expect(createdOutside() == 0, "files were created where the link leads")
+            #expect(watch.created() == 0, "files were created where the link leads")
             #expect(localFiles(outside) == ["b"], "written where the link leads: \(localFiles(outside))")
             #expect(newStatus == 1, "exit \(String(describing: newStatus)): \(newStderr)")
             #expect(newStderr.contains("locker: error: cannot write \(parent)/new: the directory it was built in was moved or replaced during the fetch"), "\(newStderr)")
             var st = stat()
             #expect(lstat(parent + "/new", &st) != 0 && errno == ENOENT, "DEST was left behind")
             #expect(localFiles(builtIn).isEmpty, "the tree built was left: \(localFiles(builtIn))")
+        }
+    }
+
+    /// A directory of an existing DEST whose turn comes after the fetch
+    /// looked at it must still be what it saw: c/y replaced by another
+    /// directory, or c (reopened by its place once x's subtree is done)
+    /// replaced by a link, fails the fetch with one line; nothing is
+    /// created where the link leads, and no temporary is left anywhere.
+    @Test func treeFetchRefusesADirectoryReplacedWhileItWaits() throws {
+        try withStoreFixture { f in
+            let (local, outside) = try treeBesideOutside(f, "tree", subdirectory: "c/y")
+            try largeFiles(local, ["c/x/deep/big.bin"])
+            #expect(FileManager.default.createFile(atPath: local + "/c/y/small.txt", contents: Data("small".utf8)))
+            try f.ok(["put", "-r", local, "/u"])
+            let watch = try CreationWatch([outside])
+
+            func existingDestination(_ name: String) throws -> String {
+                let dest = f.root + "/" + name
+                for path in ["c/x/deep", "c/y"] {
+                    try FileManager.default.createDirectory(atPath: dest + "/" + path, withIntermediateDirectories: true)
+                }
+                return dest
+            }
+            func noTemporaries(_ root: String) {
+                #expect(localFiles(root).allSatisfy { !$0.contains(".locker-") }, "\(localFiles(root))")
+            }
+
+            // c/y replaced by another directory.
+            let dest = try existingDestination("dest")
+            let (status, stderr) = try fetch(f, ["get", "-r", "/u", dest], swapWhen: { $0.hasPrefix(dest + "/c/x/deep/.locker-") }) {
+                try FileManager.default.moveItem(atPath: dest + "/c/y", toPath: f.root + "/y-moved")
+                try FileManager.default.createDirectory(atPath: dest + "/c/y", withIntermediateDirectories: false)
+            }
+            #expect(status == 1, "exit \(String(describing: status)): \(stderr)")
+            #expect(stderr.contains("locker: error: cannot write into \(dest)/c/y: it was moved or replaced during the fetch"), "\(stderr)")
+            #expect(localFiles(dest + "/c/y").isEmpty && localFiles(f.root + "/y-moved").isEmpty)
+            noTemporaries(dest)
+
+            // c replaced by a link to a directory with a y of its own.
+            try FileManager.default.createDirectory(atPath: outside + "/y", withIntermediateDirectories: true)
+            try watch.add(outside + "/y")
+            _ = watch.created()
+            let linked = try existingDestination("linked")
+            let moved = f.root + "/c-moved"
+            let (linkStatus, linkStderr) = try fetch(f, ["get", "-r", "/u", linked], swapWhen: { $0.hasPrefix(linked + "/c/x/deep/.locker-") }) {
+                try FileManager.default.moveItem(atPath: linked + "/c", toPath: moved)
+                try #require(symlink(outside, linked + "/c") == 0)
+            }
+            #expect(watch.created() == 0, "files were created where the link leads")
+            #expect(localFiles(outside) == ["y"], "\(localFiles(outside))")
+            #expect(linkStatus == 1, "exit \(String(describing: linkStatus)): \(linkStderr)")
+            #expect(linkStderr.contains("locker: error: cannot write into \(linked)/c: it, or a directory on its way, is now a symbolic link (not followed below the destination)"), "\(linkStderr)")
+            noTemporaries(moved)
+        }
+    }
+
+    /// A failed fetch removes the temporary directory it built new
+    /// directories in only if that is still what the name holds: another
+    /// directory renamed there meanwhile (a user's own, moved by another
+    /// uid who can write to DEST) is left alone, contents and all.
+    @Test func failedTreeFetchRemovesOnlyWhatItMade() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = f.root + "/tree"
+            try largeFiles(local, ["new/big.bin"])
+            try f.ok(["put", "-r", local, "/v"])
+            // Fetched in the same group as big.bin, and found damaged when
+            // read: the fetch fails once big.bin is written.
+            let damaged = try f.putInline("/v/new/last", sampleBytes("last", size: 300))
+            try flipBit(damaged, at: fileSize(damaged) - 5)
+
+            let dest = f.root + "/dest"
+            try FileManager.default.createDirectory(atPath: dest + "/keep", withIntermediateDirectories: true)
+            #expect(FileManager.default.createFile(atPath: dest + "/keep/precious.txt", contents: Data("mine".utf8)))
+            var container = ""
+            let isBigFile = { (path: String) in path.hasPrefix(dest + "/.locker-") && path.hasSuffix("/big.bin") }
+            let (status, stderr) = try fetch(f, ["get", "-r", "/v", dest], swapWhen: isBigFile) {
+                container = try #require(try FileManager.default.contentsOfDirectory(atPath: dest).first { $0.hasPrefix(".locker-") })
+                try FileManager.default.moveItem(atPath: dest + "/" + container, toPath: f.root + "/container-moved")
+                try FileManager.default.moveItem(atPath: dest + "/keep", toPath: dest + "/" + container)
+            }
+            #expect(status == 65, "exit \(String(describing: status)): \(stderr)")
+            #expect(FileManager.default.contents(atPath: dest + "/" + container + "/precious.txt") == Data("mine".utf8),
+                    "the directory renamed in was emptied: \(localFiles(dest))")
+            #expect(!FileManager.default.fileExists(atPath: dest + "/new"))
+        }
+    }
+
+    /// Whether this process may mount a tmpfs (root, outside a sandbox
+    /// that refuses it).
+    static let canMount: Bool = {
+        guard geteuid() == 0 else { return false }
+        let point = NSTemporaryDirectory() + "lkmnt-" + UUID().uuidString.prefix(8)
+        guard mkdir(point, 0o700) == 0 else { return false }
+        defer { rmdir(point) }
+        guard mount("none", point, "tmpfs", 0, nil) == 0 else { return false }
+        umount(point)
+        return true
+    }()
+
+    /// A directory below DEST that is another file system (a mount point,
+    /// as another user's FUSE mount would be) is not entered: `get -r`
+    /// and `export` fail with one line and write nothing into it. DEST
+    /// itself may be one.
+    @Test(.enabled(if: canMount, "needs root and mount(2)")) func treeFetchEntersNoMountPointBelowDestination() throws {
+        try withStoreFixture { f in
+            let (local, _) = try treeBesideOutside(f, "tree", subdirectory: "c")
+            #expect(FileManager.default.createFile(atPath: local + "/c/file", contents: Data("inside".utf8)))
+            try f.ok(["put", "-r", local, "/u"])
+            let dest = f.root + "/dest"
+            let mounted = dest + "/u/c"
+            try FileManager.default.createDirectory(atPath: mounted, withIntermediateDirectories: true)
+            try #require(mount("none", mounted, "tmpfs", 0, nil) == 0)
+            defer { umount(mounted) }
+            let watch = try CreationWatch([mounted])
+
+            let fetched = try f.run(["get", "-r", "/u", dest + "/u"])
+            #expect(fetched.status == 1, "\(fetched)")
+            #expect(fetched.stderr.contains("locker: error: cannot write into \(mounted): it is on another file system (a mount point, not entered below the destination)"), "\(fetched)")
+            #expect(fetched.stderr.contains("locker: hint: fetch into it as the destination itself"), "\(fetched)")
+            let exported = try f.run(["export", dest])
+            #expect(exported.status == 1 && exported.stderr.contains("it is on another file system"), "\(exported)")
+            #expect(watch.created() == 0 && localFiles(mounted).isEmpty, "\(localFiles(mounted))")
+            // Into the mount point itself: fine.
+            try f.ok(["get", "-r", "/u/c", mounted])
+            #expect(FileManager.default.contents(atPath: mounted + "/file") == Data("inside".utf8))
         }
     }
 

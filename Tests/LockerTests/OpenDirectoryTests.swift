@@ -1,5 +1,6 @@
 import Foundation
 import LockerIO
+import Synchronization
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -97,6 +98,30 @@ import Glibc
         #expect(try dir.status(of: "secret") == nil)
         try dir.sync()
         try dir.syncFileSystem()
+    }
+
+    /// A subdirectory on another file system than its parent (a mount
+    /// point: here its device number reported one higher) is not entered:
+    /// EXDEV, whatever owner and mode it reports.
+    @Test func aMountPointIsNotEntered() throws {
+        let root = try scratch()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        try FileManager.default.createDirectory(atPath: root + "/tree/mounted", withIntermediateDirectories: true)
+        let looks = Mutex(0)
+        var syscalls = Syscalls.system
+        let fstat = syscalls.fstat
+        // The tree's own look is the first; every later one is of the
+        // subdirectory.
+        syscalls.fstat = { fd in
+            guard var status = fstat(fd) else { return nil }
+            if looks.withLock({ $0 += 1; return $0 }) > 1 { status.device += 1 }
+            return status
+        }
+        let tree = try OpenDirectory(root + "/tree", fileSystem: FileSystem(syscalls: syscalls))
+        #expect(errno { _ = try tree.subdirectory("mounted") } == EXDEV)
+        // The same directory, on the same file system: entered.
+        let plain = try OpenDirectory(root + "/tree")
+        #expect(try plain.subdirectory("mounted").status.isDirectory)
     }
 
     /// Where the file system cannot rename without replacing (EINVAL),
