@@ -129,6 +129,34 @@ struct TreeCLITests {
         }
     }
 
+    /// Into an existing tree, a waiting file keeps its directory open
+    /// until its commit: with a low open-file limit, the files of many
+    /// directories are committed in more groups instead of running out of
+    /// descriptors.
+    @Test func treeFetchOfManyDirectoriesKeepsWithinALowDescriptorLimit() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = f.root + "/tree"
+            let dest = f.root + "/dest"
+            for i in 0..<400 {
+                try FileManager.default.createDirectory(atPath: local + "/d\(i)", withIntermediateDirectories: true)
+                try FileManager.default.createDirectory(atPath: dest + "/d\(i)", withIntermediateDirectories: true)
+                #expect(FileManager.default.createFile(atPath: local + "/d\(i)/f", contents: Data("file \(i)".utf8)))
+            }
+            try f.ok(["put", "-r", local, "/t"])
+            // Soft and hard limit both (the command cannot raise it), below
+            // what 128 directories held open at once would need.
+            let fetched = try f.runProgram("/bin/sh", ["-c", "ulimit -n 120 && exec \"$0\" \"$@\"", CLIFixture.lockerPath,
+                                                       "get", "-r", "/t", dest], timeout: 120)
+            #expect(fetched.status == 0, "\(fetched)")
+            #expect(fetched.stdout.contains("Fetched 400 objects into \(dest)."), "\(fetched)")
+            for i in [0, 199, 399] {
+                #expect(FileManager.default.contents(atPath: dest + "/d\(i)/f") == Data("file \(i)".utf8))
+            }
+            #expect(localFiles(dest).allSatisfy { !$0.contains(".locker-") })
+        }
+    }
+
     /// A fetch into a one-character name relative to the working
     /// directory works (a single object, and a tree); a new DEST named "."
     /// or ".." below a missing directory is refused before anything is
