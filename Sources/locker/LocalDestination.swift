@@ -83,7 +83,8 @@ final class LocalDirectory: @unchecked Sendable {
     /// Opens the directory `name` in this one, creating it first (`mode`,
     /// less the umask) if it is missing. A symbolic link there is in the
     /// way, whatever it leads to, as is anything else but a directory, and
-    /// a directory on another file system (a mount point) is not entered;
+    /// a directory on another file system than this one (a mount point, a
+    /// btrfs subvolume) is not entered;
     /// one error line names it. With `new`, it must not exist yet; with
     /// `seen`, it must be the directory (device and inode) seen there
     /// earlier, if it is still there.
@@ -106,7 +107,7 @@ final class LocalDirectory: @unchecked Sendable {
         } catch where error.errno == ENOTDIR {
             throw CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory")
         } catch where error.errno == EXDEV {
-            throw CommandFailure(.failure, "cannot write into \(path): it is on another file system (a mount point, not entered below the destination)",
+            throw CommandFailure(.failure, "cannot write into \(path): it is on another file system than its parent (a mount point or a subvolume, not entered below the destination)",
                                  hint: "fetch into it as the destination itself")
         } catch {
             throw CommandFailure(.failure, "cannot write into \(path): \(String(cString: strerror(error.errno)))")

@@ -640,7 +640,9 @@ struct Get: ParsableCommand {
         let store = try global.openStore()
         let source = try storePath(path)
         if r {
-            guard let destination, destination != "-" else { throw CommandFailure(.usage, "-r needs a local directory as DEST") }
+            guard let destination, destination != "-", !destination.isEmpty else {
+                throw CommandFailure(.usage, "-r needs a local directory as DEST")
+            }
             let count = try exportTree(store, from: source, to: destination)
             print("Fetched \(count) object\(count == 1 ? "" : "s") into \(destination).")
             return
@@ -686,8 +688,8 @@ struct Get: ParsableCommand {
     /// and no file needs a rename of its own.
     ///
     /// Into an existing directory, each file is written to a temporary
-    /// file beside its target; once 4,096 are waiting (or they are in 128
-    /// directories), and at the end, one sync of each file system written
+    /// file beside its target; once 4,096 are waiting (or they are in
+    /// ``TreeExport/directoriesPerCommit()`` directories), and at the end, one sync of each file system written
     /// to makes them durable before they are renamed into place, on a
     /// thread of its own while the next files are fetched, and a last sync
     /// makes the renames durable. Every file is whole or absent.
@@ -718,7 +720,7 @@ struct Get: ParsableCommand {
 
     private func exportNewTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
         let (trimmed, parent, name) = splitLocalPath(local)
-        guard name != "." && name != ".." else {
+        guard !name.isEmpty && name != "." && name != ".." else {
             throw CommandFailure(.failure, "cannot create directory \(local): the name of a new directory cannot be \(name)")
         }
         try makeLocalDirectory(parent)
@@ -923,11 +925,13 @@ final class TreeExport: @unchecked Sendable {
 
     /// Directories whose files one commit may hold: up to 1,024, as far as
     /// the descriptor limit allows two groups at once (the one committed
-    /// and the next), with room to spare. The soft limit is raised towards
-    /// the hard one first, as ``Put/dataFilesPerBatch()`` does.
+    /// and the next), with room to spare for the rest of the fetch (a few
+    /// descriptors per core). The soft limit is raised towards the hard
+    /// one first, as ``Put/dataFilesPerBatch()`` does.
     static func directoriesPerCommit() -> Int {
         let wanted = 1024
-        return max(1, min(wanted, (raiseDescriptorLimit(to: 2 * wanted + 256) - 128) / 2))
+        let spare = 128 + 4 * ProcessInfo.processInfo.activeProcessorCount
+        return max(1, min(wanted, (raiseDescriptorLimit(to: 2 * wanted + spare) - spare) / 2))
     }
 
     /// Notes files written in `directory`, each under its temporary name.
@@ -1025,18 +1029,19 @@ final class TreeExport: @unchecked Sendable {
             staged.removeFirst()
             published = true
         }
-        removeContainers(empty: true)
+        removeContainers(alreadyEmpty: true)
     }
 
-    /// Removes each temporary directory, emptied first unless `empty`.
+    /// Removes each temporary directory, emptied first unless
+    /// `alreadyEmpty`.
     /// Each is opened by its place (so only if it is still the directory
     /// made), emptied through its descriptor, and removed from its parent
     /// only if the name still holds it: another directory renamed there
     /// meanwhile is left alone, contents and all.
-    private func removeContainers(empty: Bool) {
+    private func removeContainers(alreadyEmpty: Bool) {
         for (parent, name, place) in containers {
             guard let container = try? destination.open(place), let parent = try? destination.open(parent) else { continue }
-            if !empty { try? container.directory.removeContents() }
+            if !alreadyEmpty { try? container.directory.removeContents() }
             if let there = try? parent.directory.status(of: name), there.isSameFile(as: container.directory.status) {
                 try? parent.directory.removeDirectory(name)
             }
@@ -1051,7 +1056,7 @@ final class TreeExport: @unchecked Sendable {
         for (directory, temporary, _) in committing + waiting { try? directory.directory.remove(temporary) }
         committing.removeAll()
         waiting.removeAll()
-        removeContainers(empty: false)
+        removeContainers(alreadyEmpty: false)
         staged.removeAll()
     }
 

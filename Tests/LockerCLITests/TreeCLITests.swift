@@ -159,8 +159,8 @@ struct TreeCLITests {
 
     /// A fetch into a one-character name relative to the working
     /// directory works (a single object, and a tree); a new DEST named "."
-    /// or ".." below a missing directory is refused before anything is
-    /// fetched, with nothing left behind.
+    /// or ".." below a missing directory, or an empty DEST, is refused
+    /// before anything is fetched, with nothing left behind.
     @Test func fetchIntoShortAndDotNames() throws {
         try withStoreFixture { f in
             let files = try storedTree(f, version: 5)
@@ -169,9 +169,9 @@ struct TreeCLITests {
             func inWork(_ arguments: [String]) throws -> CLIResult {
                 try f.runProgram("/bin/sh", ["-c", "cd \"$0\" && exec \"$@\"", work, CLIFixture.lockerPath] + arguments)
             }
-            let single = try inWork(["get", "/t/empty-file", "x"])
+            let single = try inWork(["get", "/t/big.bin", "x"])
             #expect(single.status == 0, "\(single)")
-            #expect(FileManager.default.contents(atPath: work + "/x") == files["empty-file"])
+            #expect(FileManager.default.contents(atPath: work + "/x") == files["big.bin"])
             let tree = try inWork(["get", "-r", "/t", "y"])
             #expect(tree.status == 0, "\(tree)")
             #expect(FileManager.default.contents(atPath: work + "/y/big.bin") == files["big.bin"])
@@ -180,6 +180,8 @@ struct TreeCLITests {
                 #expect(refused.status == 1, "\(refused)")
                 #expect(refused.stderr == "locker: error: cannot create directory q/\(name): the name of a new directory cannot be \(name)\n", "\(refused)")
             }
+            let empty = try inWork(["get", "-r", "/t", ""])
+            #expect(empty.status == 64 && empty.stderr.contains("-r needs a local directory as DEST"), "\(empty)")
             #expect(try FileManager.default.contentsOfDirectory(atPath: work).sorted() == ["x", "y"])
         }
     }
@@ -761,7 +763,7 @@ struct TreeCLITests {
 
             let fetched = try f.run(["get", "-r", "/u", dest + "/u"])
             #expect(fetched.status == 1, "\(fetched)")
-            #expect(fetched.stderr.contains("locker: error: cannot write into \(mounted): it is on another file system (a mount point, not entered below the destination)"), "\(fetched)")
+            #expect(fetched.stderr.contains("locker: error: cannot write into \(mounted): it is on another file system than its parent (a mount point or a subvolume, not entered below the destination)"), "\(fetched)")
             #expect(fetched.stderr.contains("locker: hint: fetch into it as the destination itself"), "\(fetched)")
             let exported = try f.run(["export", dest])
             #expect(exported.status == 1 && exported.stderr.contains("it is on another file system"), "\(exported)")
