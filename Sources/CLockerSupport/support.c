@@ -34,6 +34,10 @@ int locker_o_noatime(void) {
     return O_NOATIME;
 }
 
+int locker_o_path(void) {
+    return O_PATH;
+}
+
 int locker_o_direct(void) {
     return O_DIRECT;
 }

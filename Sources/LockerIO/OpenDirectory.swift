@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 internal import Glibc
 #endif
+internal import CLockerSupport
 
 /// A local directory open by descriptor, for writing into: every name in
 /// it is created, opened, renamed, removed and looked at relative to the
@@ -40,9 +41,18 @@ public final class OpenDirectory: @unchecked Sendable {
 
     /// Opens the directory at `path`, following a symbolic link at `path`
     /// itself or on the way to it, as the user's own path to it
-    /// (ENOTDIR if it is not a directory).
+    /// (ENOTDIR if it is not a directory). A directory the caller may
+    /// write to but not list (a drop box, mode 0733) is opened with
+    /// `O_PATH`: names in it can be created, renamed and removed, but
+    /// ``sync()``, ``syncFileSystem()`` and ``removeContents()`` fail
+    /// (EBADF), as they would by path.
     public convenience init(_ path: String, fileSystem: FileSystem = FileSystem()) throws(IOError) {
-        let fd = try fileSystem.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let fd: Int32
+        do {
+            fd = try fileSystem.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        } catch where error.errno == EACCES {
+            fd = try fileSystem.open(path, locker_o_path() | O_DIRECTORY | O_CLOEXEC)
+        }
         try self.init(fd: fd, path: path, fileSystem: fileSystem)
     }
 

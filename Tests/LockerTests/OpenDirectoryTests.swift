@@ -1,3 +1,4 @@
+import CLockerSupport
 import Foundation
 import LockerIO
 import Synchronization
@@ -122,6 +123,30 @@ import Glibc
         // The same directory, on the same file system: entered.
         let plain = try OpenDirectory(root + "/tree")
         #expect(try plain.subdirectory("mounted").status.isDirectory)
+    }
+
+    /// A directory that may be written to but not listed (a drop box) is
+    /// still opened, and a file written into it: only syncing it fails.
+    @Test func aDropBoxIsWrittenInto() throws {
+        let root = try scratch()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        var syscalls = Syscalls.system
+        let open = syscalls.open
+        // As for a user without read permission (root is never refused).
+        syscalls.open = { path, flags, mode in
+            if path == root + "/tree", flags & locker_o_path() == 0 {
+                Glibc.errno = EACCES
+                return -1
+            }
+            return open(path, flags, mode)
+        }
+        let tree = try OpenDirectory(root + "/tree", fileSystem: FileSystem(syscalls: syscalls))
+        let fd = try tree.createFile("dropped")
+        #expect(write(fd, "plain", 5) == 5)
+        close(fd)
+        try tree.rename("dropped", to: "kept")
+        #expect(FileManager.default.contents(atPath: root + "/tree/kept") == Data("plain".utf8))
+        #expect(errno { try tree.sync() } == EBADF)
     }
 
     /// Where the file system cannot rename without replacing (EINVAL),

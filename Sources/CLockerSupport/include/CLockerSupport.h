@@ -30,6 +30,10 @@ int locker_limit_malloc_arenas(int count);
 // file or has CAP_FOWNER.
 int locker_o_noatime(void);
 
+// O_PATH, also defined only under _GNU_SOURCE: a descriptor that names a
+// directory for the *at calls without the right to read it.
+int locker_o_path(void);
+
 // O_DIRECT, also defined only under _GNU_SOURCE: reads and writes go
 // between the caller's memory and the disk, past the page cache. Offsets,
 // lengths and memory must be aligned to the file system's block size.
