@@ -44,7 +44,8 @@ final class LocalDestination: @unchecked Sendable {
         return LocalDirectory(directory, relative: place.relative)
     }
 
-    static func reason(_ error: IOError) -> String {
+    /// Why a directory kept by its place could not be opened again.
+    private static func reason(_ error: IOError) -> String {
         switch error.errno {
         case ELOOP, EXDEV: "it, or a directory on its way, is now a symbolic link (not followed below the destination)"
         case ENOENT: "it was moved or removed during the fetch"

@@ -689,10 +689,11 @@ struct Get: ParsableCommand {
     ///
     /// Into an existing directory, each file is written to a temporary
     /// file beside its target; once 4,096 are waiting (or they are in
-    /// ``TreeExport/directoriesPerCommit()`` directories), and at the end, one sync of each file system written
-    /// to makes them durable before they are renamed into place, on a
-    /// thread of its own while the next files are fetched, and a last sync
-    /// makes the renames durable. Every file is whole or absent.
+    /// ``TreeExport/directoriesPerCommit()`` directories), and at the end,
+    /// one sync of each file system written to makes them durable before
+    /// they are renamed into place, on a thread of its own while the next
+    /// files are fetched, and a last sync makes the renames durable. Every
+    /// file is whole or absent.
     ///
     /// Every directory below DEST is opened from the one above it through
     /// no symbolic link, and written into by descriptor
@@ -901,6 +902,8 @@ final class TreeExport: @unchecked Sendable {
     /// For each existing directory that gets new subdirectories (by its
     /// place), the temporary directory they are built in, by name.
     private var containers: [(parent: LocalPlace, name: String, container: LocalPlace)] = []
+    /// Where each parent's is in `containers`, by the parent's place.
+    private var containerIndex: [String: Int] = [:]
     /// The directories built out of sight (in a container, by name), and
     /// where each goes.
     private var staged: [(container: LocalPlace, name: String, parent: LocalPlace, target: String)] = []
@@ -996,11 +999,12 @@ final class TreeExport: @unchecked Sendable {
     /// directory's place and the name to build it under there.
     func stage(_ target: String, in parent: LocalDirectory) throws -> (container: LocalPlace, name: String) {
         let container: LocalPlace
-        if let existing = containers.last(where: { $0.parent == parent.place }) {
-            container = existing.container
+        if let existing = containerIndex[parent.place.relative] {
+            container = containers[existing].container
         } else {
             let name = ".locker-" + UUID().uuidString + ".tmp"
             container = try parent.subdirectory(name, creating: 0o700, new: true).place
+            containerIndex[parent.place.relative] = containers.count
             containers.append((parent.place, name, container))
         }
         let name = String(staged.count)
@@ -1033,11 +1037,10 @@ final class TreeExport: @unchecked Sendable {
     }
 
     /// Removes each temporary directory, emptied first unless
-    /// `alreadyEmpty`.
-    /// Each is opened by its place (so only if it is still the directory
-    /// made), emptied through its descriptor, and removed from its parent
-    /// only if the name still holds it: another directory renamed there
-    /// meanwhile is left alone, contents and all.
+    /// `alreadyEmpty`. Each is opened by its place (so only if it is still
+    /// the directory made), emptied through its descriptor, and removed
+    /// from its parent only if the name still holds it: another directory
+    /// renamed there meanwhile is left alone, contents and all.
     private func removeContainers(alreadyEmpty: Bool) {
         for (parent, name, place) in containers {
             guard let container = try? destination.open(place), let parent = try? destination.open(parent) else { continue }
@@ -1047,6 +1050,7 @@ final class TreeExport: @unchecked Sendable {
             }
         }
         containers.removeAll()
+        containerIndex.removeAll()
     }
 
     /// Removes the files not renamed into place, after the commit under
@@ -1082,7 +1086,7 @@ struct UncheckedStore: @unchecked Sendable {
 /// paths the user gives (DEST, the store). Fails with one line naming the
 /// path: something that is not a directory in the way, or the error of the
 /// `mkdir` that failed. Below a destination, directories are made with
-/// ``LocalDirectory/subdirectory(_:creating:new:)`` instead.
+/// ``LocalDirectory/subdirectory(_:creating:new:seen:)`` instead.
 func makeLocalDirectory(_ path: String, mode: mode_t = 0o777) throws {
     func inTheWay(_ path: String) -> CommandFailure {
         CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory")
