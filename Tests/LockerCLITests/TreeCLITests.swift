@@ -701,6 +701,30 @@ struct TreeCLITests {
         }
     }
 
+    /// `export` writes by descriptor too: while x's file is written, c is
+    /// replaced by a link to another directory. x's file is still renamed
+    /// into place in the directory it was written in; reopening c for y
+    /// then fails the export with one line, and nothing is created where
+    /// the link leads. (Before, x's rename went by path through the link
+    /// and failed; a swap between two files sent the next one through it.)
+    @Test func exportWritesNoFileThroughADirectoryReplacedByALink() throws {
+        try withStoreFixture { f in
+            let (local, outside) = try treeBesideOutside(f, "tree", subdirectory: "c")
+            try largeFiles(local, ["c/x/big.bin", "c/y/big.bin"])
+            try f.ok(["put", "-r", local, "/u"])
+            let watch = try CreationWatch([outside])
+            let exported = f.root + "/exported"
+            let (status, stderr) = try fetch(f, ["export", exported], swapWhen: { $0.hasPrefix(exported + "/u/c/") && $0.contains("/.locker-") }) {
+                try FileManager.default.moveItem(atPath: exported + "/u/c", toPath: f.root + "/c-moved")
+                try #require(symlink(outside, exported + "/u/c") == 0)
+            }
+            #expect(watch.created() == 0, "files were created where the link leads")
+            #expect(localFiles(outside).isEmpty, "\(localFiles(outside))")
+            #expect(status == 1, "exit \(String(describing: status)): \(stderr)")
+            #expect(stderr.contains("locker: error: cannot write into \(exported)/u/c: it, or a directory on its way, is now a symbolic link (not followed below the destination)"), "\(stderr)")
+        }
+    }
+
     /// A failed fetch removes the temporary directory it built new
     /// directories in only if that is still what the name holds: another
     /// directory renamed there meanwhile (a user's own, moved by another
