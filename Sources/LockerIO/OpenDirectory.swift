@@ -23,7 +23,8 @@ public final class OpenDirectory: @unchecked Sendable {
     /// What the directory was when opened: its device and inode say which
     /// directory it is, its uid who owns it.
     public let status: FileStatus
-    private let fileSystem: FileSystem
+    /// The calls it makes.
+    let fileSystem: FileSystem
 
     private init(fd: Int32, path: String, fileSystem: FileSystem) throws(IOError) {
         self.fd = fd

@@ -32,24 +32,25 @@ public final class OutputFile: Sendable {
     /// opened once more for the direct writes, if it still names the file
     /// `fd` is open on), which will hold `size` bytes. `fd` stays the
     /// caller's.
-    public init(fd: Int32, path: String, size: UInt64, fileSystem: FileSystem = FileSystem()) {
-        self.fd = fd
-        self.path = path
-        self.fileSystem = fileSystem
-        direct = DirectDescriptor(size >= Self.directMinimum ? fileSystem.openForDirectWriting(path, sameFileAs: fd) : nil,
-                                  fileSystem: fileSystem)
+    public convenience init(fd: Int32, path: String, size: UInt64, fileSystem: FileSystem = FileSystem()) {
+        self.init(fd: fd, path: path, fileSystem: fileSystem,
+                  direct: size >= Self.directMinimum ? fileSystem.openForDirectWriting(path, sameFileAs: fd) : nil)
     }
 
     /// Writes into `fd`, open for writing the new file `name` in
     /// `directory` (which is opened once more there for the direct writes,
     /// if it still names the file `fd` is open on, and is not a link), which
     /// will hold `size` bytes. `fd` stays the caller's.
-    public init(fd: Int32, name: String, in directory: OpenDirectory, size: UInt64, fileSystem: FileSystem = FileSystem()) {
+    public convenience init(fd: Int32, name: String, in directory: OpenDirectory, size: UInt64) {
+        self.init(fd: fd, path: directory.path(of: name), fileSystem: directory.fileSystem,
+                  direct: size >= Self.directMinimum ? directory.openForDirectWriting(name, sameFileAs: fd) : nil)
+    }
+
+    private init(fd: Int32, path: String, fileSystem: FileSystem, direct: Int32?) {
         self.fd = fd
-        path = directory.path(of: name)
+        self.path = path
         self.fileSystem = fileSystem
-        direct = DirectDescriptor(size >= Self.directMinimum ? directory.openForDirectWriting(name, sameFileAs: fd) : nil,
-                                  fileSystem: fileSystem)
+        self.direct = DirectDescriptor(direct, fileSystem: fileSystem)
     }
 
     /// Closes the descriptor of the direct writes (`fd` stays open); a

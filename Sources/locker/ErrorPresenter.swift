@@ -44,6 +44,11 @@ struct CommandFailure: Error {
         self.message = message
         self.hint = hint
     }
+
+    /// `cannot WHAT: REASON`, the system's reason for `errno`; exit 1.
+    static func cannot(_ what: String, _ errno: Int32) -> CommandFailure {
+        CommandFailure(.failure, "cannot \(what): \(String(cString: strerror(errno)))")
+    }
 }
 
 /// Turns every error into `locker: error:` and `locker: hint:` lines and

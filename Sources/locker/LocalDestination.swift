@@ -21,9 +21,9 @@ final class LocalDestination: @unchecked Sendable {
             let directory = try OpenDirectory(path)
             root = LocalDirectory(directory, relative: ".")
         } catch {
-            throw CommandFailure(.failure, error.errno == ENOTDIR
-                ? "cannot write into \(path): it exists and is not a directory"
-                : "cannot write into \(path): \(String(cString: strerror(error.errno)))")
+            throw error.errno == ENOTDIR
+                ? CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory")
+                : CommandFailure.cannot("write into \(path)", error.errno)
         }
     }
 
@@ -95,10 +95,10 @@ final class LocalDirectory: @unchecked Sendable {
         do {
             created = try directory.makeDirectory(name, mode: mode)
         } catch {
-            throw CommandFailure(.failure, "cannot create directory \(path): \(String(cString: strerror(error.errno)))")
+            throw CommandFailure.cannot("create directory \(path)", error.errno)
         }
         guard created || !new else {
-            throw CommandFailure(.failure, "cannot create directory \(path): \(String(cString: strerror(EEXIST)))")
+            throw CommandFailure.cannot("create directory \(path)", EEXIST)
         }
         let opened: OpenDirectory
         do {
@@ -111,7 +111,7 @@ final class LocalDirectory: @unchecked Sendable {
             throw CommandFailure(.failure, "cannot write into \(path): it is on another file system than its parent (a mount point or a subvolume, not entered below the destination)",
                                  hint: "fetch into it as the destination itself")
         } catch {
-            throw CommandFailure(.failure, "cannot write into \(path): \(String(cString: strerror(error.errno)))")
+            throw CommandFailure.cannot("write into \(path)", error.errno)
         }
         if let seen, !created, !opened.status.isSameFile(as: seen) {
             throw CommandFailure(.failure, "cannot write into \(path): it was moved or replaced during the fetch")
@@ -125,7 +125,7 @@ final class LocalDirectory: @unchecked Sendable {
         do {
             return try directory.status(of: name)
         } catch {
-            throw CommandFailure(.failure, "cannot write into \(path(of: name)): \(String(cString: strerror(error.errno)))")
+            throw CommandFailure.cannot("write into \(path(of: name))", error.errno)
         }
     }
 
@@ -144,7 +144,7 @@ func publishBuiltDirectory(_ name: String, from: OpenDirectory, to target: Strin
     do {
         renamed = try from.renameIfAbsent(name, to: target, in: to)
     } catch {
-        throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(error.errno)))")
+        throw CommandFailure.cannot("write \(path)", error.errno)
     }
     guard renamed else {
         throw CommandFailure(.failure, "cannot write \(path): it was created by something else during the fetch")
@@ -172,13 +172,13 @@ struct NewLocalFile {
 func writeLocalFile(_ path: String, mode: UInt32 = 0o600, _ body: (NewLocalFile) throws -> Void) throws {
     let (_, parent, name) = splitLocalPath(path)
     guard !path.hasSuffix("/"), !name.isEmpty, name != ".", name != ".." else {
-        throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(EISDIR)))")
+        throw CommandFailure.cannot("write \(path)", EISDIR)
     }
     let directory: OpenDirectory
     do {
         directory = try OpenDirectory(parent)
     } catch {
-        throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(error.errno)))")
+        throw CommandFailure.cannot("write \(path)", error.errno)
     }
     try writeLocalFile(name, in: directory, path: path, mode: mode, body)
 }
@@ -186,7 +186,7 @@ func writeLocalFile(_ path: String, mode: UInt32 = 0o600, _ body: (NewLocalFile)
 private func writeLocalFile(_ name: String, in directory: OpenDirectory, path: String, mode: UInt32,
                             _ body: (NewLocalFile) throws -> Void) throws {
     func failure(_ error: IOError) -> CommandFailure {
-        CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(error.errno)))")
+        CommandFailure.cannot("write \(path)", error.errno)
     }
     let temporary = ".locker-" + UUID().uuidString + ".tmp"
     let fd: Int32
@@ -199,7 +199,7 @@ private func writeLocalFile(_ name: String, in directory: OpenDirectory, path: S
     var isOpen = true
     do {
         try body(NewLocalFile(fd: fd, name: temporary, directory: directory))
-        guard fsync(fd) == 0 else { throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))") }
+        guard fsync(fd) == 0 else { throw CommandFailure.cannot("write \(path)", errno) }
         Foundation.close(fd)
         isOpen = false
         do {

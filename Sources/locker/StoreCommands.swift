@@ -398,7 +398,7 @@ private func localStatus(_ name: String, in directory: Int32, path: String) thro
     var st = stat()
     if fstatat(directory, name, &st, AT_SYMLINK_NOFOLLOW) == 0 { return st }
     if errno == ENOENT { return nil }
-    throw CommandFailure(.failure, "cannot read \(path): \(String(cString: strerror(errno)))")
+    throw CommandFailure.cannot("read \(path)", errno)
 }
 
 /// Why the local file or directory `path` could not be opened: one error
@@ -867,7 +867,7 @@ struct Get: ParsableCommand {
             do throws(IOError) {
                 fd = try local.directory.createFile(temporary)
             } catch {
-                shared.slots[i].error = CommandFailure(.failure, "cannot write \(local.path(of: target)): \(String(cString: strerror(error.errno)))")
+                shared.slots[i].error = CommandFailure.cannot("write \(local.path(of: target))", error.errno)
                 return
             }
             shared.slots[i].written = (temporary, target)
@@ -975,7 +975,7 @@ final class TreeExport: @unchecked Sendable {
                 try directory.directory.rename(temporary, to: target)
             } catch {
                 committing.removeFirst(i)
-                throw CommandFailure(.failure, "cannot write \(directory.path(of: target)): \(String(cString: strerror(error.errno)))")
+                throw CommandFailure.cannot("write \(directory.path(of: target))", error.errno)
             }
         }
         defer { committing.removeAll() }
@@ -1099,7 +1099,7 @@ func makeLocalDirectory(_ path: String, mode: mode_t = 0o777) throws {
     let (trimmed, parent, _) = splitLocalPath(path)
     if parent != trimmed { try makeLocalDirectory(parent, mode: mode) }
     guard mkdir(trimmed, mode) == 0 || errno == EEXIST else {
-        throw CommandFailure(.failure, "cannot create directory \(trimmed): \(String(cString: strerror(errno)))")
+        throw CommandFailure.cannot("create directory \(trimmed)", errno)
     }
     // Another process may have made something else there meanwhile.
     guard stat(trimmed, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { throw inTheWay(trimmed) }
@@ -1139,7 +1139,7 @@ extension OutputFile {
         do {
             try write(bytes, at: offset)
         } catch {
-            throw CommandFailure(.failure, "cannot write \(name): \(String(cString: strerror(error.errno)))")
+            throw CommandFailure.cannot("write \(name)", error.errno)
         }
     }
 
@@ -1160,7 +1160,7 @@ func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws
         let n = Foundation.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
         if n < 0 {
             if errno == EINTR { continue }
-            throw CommandFailure(.failure, "cannot write \(path): \(String(cString: strerror(errno)))")
+            throw CommandFailure.cannot("write \(path)", errno)
         }
         offset += n
     }
