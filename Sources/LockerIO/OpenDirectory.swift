@@ -23,13 +23,17 @@ public final class OpenDirectory: @unchecked Sendable {
     /// What the directory was when opened: its device and inode say which
     /// directory it is, its uid who owns it.
     public let status: FileStatus
+    /// Whether it is open with `O_PATH` (a drop box, see
+    /// ``init(_:fileSystem:)``): it cannot be listed, nor synced through.
+    public let isPathOnly: Bool
     /// The calls it makes.
     let fileSystem: FileSystem
 
-    private init(fd: Int32, path: String, fileSystem: FileSystem) throws(IOError) {
+    private init(fd: Int32, path: String, fileSystem: FileSystem, isPathOnly: Bool = false) throws(IOError) {
         self.fd = fd
         self.path = path
         self.fileSystem = fileSystem
+        self.isPathOnly = isPathOnly
         do {
             status = try fileSystem.fstat(fd, path: path)
         } catch {
@@ -44,17 +48,20 @@ public final class OpenDirectory: @unchecked Sendable {
     /// itself or on the way to it, as the user's own path to it
     /// (ENOTDIR if it is not a directory). A directory the caller may
     /// write to but not list (a drop box, mode 0733) is opened with
-    /// `O_PATH`: names in it can be created, renamed and removed, but
-    /// ``sync()``, ``syncFileSystem()`` and ``removeContents()`` fail
-    /// (EBADF), as they would by path.
+    /// `O_PATH` (``isPathOnly``): names in it can be created, renamed and
+    /// removed, but ``sync()`` and ``removeContents()`` fail (EBADF), as
+    /// they would by path, and ``syncFileSystem(through:)`` needs a file
+    /// in it.
     public convenience init(_ path: String, fileSystem: FileSystem = FileSystem()) throws(IOError) {
         let fd: Int32
+        var isPathOnly = false
         do {
             fd = try fileSystem.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         } catch where error.errno == EACCES {
             fd = try fileSystem.open(path, locker_o_path() | O_DIRECTORY | O_CLOEXEC)
+            isPathOnly = true
         }
-        try self.init(fd: fd, path: path, fileSystem: fileSystem)
+        try self.init(fd: fd, path: path, fileSystem: fileSystem, isPathOnly: isPathOnly)
     }
 
     /// Opens the directory `relative` below `root` (`root` again for
@@ -187,8 +194,25 @@ public final class OpenDirectory: @unchecked Sendable {
 
     /// syncfs(2): everything written to the file system holding this
     /// directory is durable.
-    public func syncFileSystem() throws(IOError) {
-        _ = try fileSystem.retrying("syncfs", path) { Int(fileSystem.syscalls.syncfs(fd)) }
+    ///
+    /// A directory open with `O_PATH` cannot be synced through (EBADF).
+    /// For one, `file` names a file in it that the caller created: the
+    /// file system is synced through that file, opened through no link,
+    /// if it is still on the directory's file system (EXDEV otherwise).
+    public func syncFileSystem(through file: String? = nil) throws(IOError) {
+        guard isPathOnly, let file else {
+            _ = try fileSystem.retrying("syncfs", path) { Int(fileSystem.syscalls.syncfs(fd)) }
+            return
+        }
+        let name = path(of: file)
+        let opened = try fileSystem.openBeneath(fd, Self.checked(file), name: name)
+        defer { fileSystem.close(opened) }
+        // Another user who can write here could have put something else
+        // at the name; syncing it is harmless if it is on this file system.
+        guard try fileSystem.fstat(opened, path: name).device == status.device else {
+            throw IOError("syncfs", path: name, errno: EXDEV)
+        }
+        _ = try fileSystem.retrying("syncfs", name) { Int(fileSystem.syscalls.syncfs(opened)) }
     }
 
     /// Opens the new file `name` a second time for writes past the page

@@ -909,8 +909,12 @@ final class TreeExport: @unchecked Sendable {
     private var staged: [(container: LocalPlace, name: String, parent: LocalPlace, target: String)] = []
     /// Whether a directory built out of sight was renamed into place.
     private var published = false
-    /// One directory per file system written to (by device number).
+    /// One directory per file system written to (by device number), one
+    /// that can be synced through where there is one.
     private var fileSystems: [UInt64: LocalDirectory] = [:]
+    /// The last file renamed into place on each file system, by the
+    /// commit job: what ``syncRenames()`` syncs a drop box through.
+    private var renamedInto: [UInt64: (directory: LocalDirectory, name: String)] = [:]
     private let commits = BackgroundJob()
     // The group being committed: the committing job's until it ends, the
     // caller's after waiting on it.
@@ -945,7 +949,10 @@ final class TreeExport: @unchecked Sendable {
     }
 
     func noteDirectory(_ directory: LocalDirectory) {
-        if fileSystems[directory.place.device] == nil { fileSystems[directory.place.device] = directory }
+        let device = directory.place.device
+        if fileSystems[device] == nil || (fileSystems[device]!.directory.isPathOnly && !directory.directory.isPathOnly) {
+            fileSystems[device] = directory
+        }
     }
 
     /// Starts committing the waiting files, once the commit under way
@@ -978,6 +985,7 @@ final class TreeExport: @unchecked Sendable {
                 throw CommandFailure.cannot("write \(directory.path(of: target))", error.errno)
             }
         }
+        if let last = committing.last { renamedInto[last.directory.place.device] = (last.directory, last.target) }
         defer { committing.removeAll() }
         return committing.count
     }
@@ -985,7 +993,14 @@ final class TreeExport: @unchecked Sendable {
     private func sync(_ directories: [LocalDirectory]) throws {
         for directory in directories {
             do {
-                try directory.directory.syncFileSystem()
+                // A drop box is synced through a file being committed in
+                // a directory on its file system.
+                if directory.directory.isPathOnly,
+                   let file = committing.first(where: { $0.directory.place.device == directory.place.device }) {
+                    try file.directory.directory.syncFileSystem(through: file.temporary)
+                } else {
+                    try directory.directory.syncFileSystem()
+                }
             } catch {
                 throw CommandFailure(.failure, "cannot write into \(directory.path): \(error)")
             }
@@ -1003,7 +1018,10 @@ final class TreeExport: @unchecked Sendable {
             container = containers[existing].container
         } else {
             let name = ".locker-" + UUID().uuidString + ".tmp"
-            container = try parent.subdirectory(name, creating: 0o700, new: true).place
+            let made = try parent.subdirectory(name, creating: 0o700, new: true)
+            container = made.place
+            // Ours, so it can be synced through even in a drop box.
+            noteDirectory(made)
             containerIndex[parent.place.relative] = containers.count
             containers.append((parent.place, name, container))
         }
@@ -1067,7 +1085,13 @@ final class TreeExport: @unchecked Sendable {
     /// Makes the renames durable (best effort: each file is already whole).
     func syncRenames() {
         guard count > 0 || published else { return }
-        for directory in fileSystems.values { try? directory.directory.syncFileSystem() }
+        for (device, directory) in fileSystems {
+            if directory.directory.isPathOnly, let file = renamedInto[device] {
+                try? file.directory.directory.syncFileSystem(through: file.name)
+            } else {
+                try? directory.directory.syncFileSystem()
+            }
+        }
     }
 }
 

@@ -186,6 +186,72 @@ struct TreeCLITests {
         }
     }
 
+    /// A destination its user may write into but not list (a drop box:
+    /// another owner's, mode 0733) takes `get -r` and `get`: the fetch
+    /// syncs through what it made there, as it cannot through the
+    /// directory. With files only, and with a directory built out of
+    /// sight; into a new directory there; and again over the same names.
+    @Test(.enabled(if: geteuid() == 0, "needs root to run locker as uid 65534"),
+          .enabled(if: setprivPath != nil, "needs setpriv (util-linux) to run locker as uid 65534"))
+    func fetchIntoADropBox() throws {
+        let setpriv = try #require(setprivPath)
+        try withStoreFixture { f in
+            #expect(chmod(f.root, 0o711) == 0)
+            // Everything of uid 65534's is in a directory of its own.
+            let home = f.root + "/other"
+            try FileManager.default.createDirectory(atPath: home + "/src/d", withIntermediateDirectories: true)
+            #expect(FileManager.default.createFile(atPath: home + "/src/a", contents: Data("top".utf8)))
+            #expect(FileManager.default.createFile(atPath: home + "/src/d/b", contents: Data("below".utf8)))
+            for path in [home, home + "/src", home + "/src/d", home + "/src/a", home + "/src/d/b"] {
+                #expect(chown(path, 65534, 65534) == 0)
+            }
+            let drop = f.root + "/drop"
+            #expect(mkdir(drop, 0o733) == 0 && chmod(drop, 0o733) == 0)
+            func asOther(_ program: String, _ arguments: [String], stdin: String? = nil) throws -> CLIResult {
+                try f.runProgram(setpriv, ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/env",
+                                           "HOME=" + home, "LOCKER_DEVICE=" + home + "/device",
+                                           "LOCKER_STORE=" + home + "/store", program] + arguments, stdin: stdin)
+            }
+            func locker(_ arguments: [String], stdin: String? = nil) throws -> CLIResult {
+                try asOther(CLIFixture.lockerPath, arguments, stdin: stdin)
+            }
+            // Its agent goes with the reboot.
+            defer { _ = try? locker(["reboot"]) }
+            let made = try locker(["init", "--passcode-stdin"], stdin: "1234\n")
+            try #require(made.status == 0, "uid 65534 cannot use locker here: \(made)")
+            let stored = try locker(["put", "-r", home + "/src", "/s"])
+            try #require(stored.status == 0, "\(stored)")
+            // Root reads any directory; uid 65534 cannot list this one, so
+            // the fetches below open it with O_PATH.
+            let listing = try asOther("/bin/ls", [drop])
+            try #require(listing.status != 0, "uid 65534 can list the drop box: \(listing)")
+
+            func contents(_ path: String) -> String? {
+                FileManager.default.contents(atPath: drop + "/" + path).map { String(decoding: $0, as: UTF8.self) }
+            }
+            // Files only (each renamed into the drop box).
+            let files = try locker(["get", "-r", "/s/d", drop])
+            #expect(files.status == 0, "\(files)")
+            #expect(contents("b") == "below")
+            // A file and a directory built out of sight; then again, over
+            // what is there now.
+            for round in ["first", "again"] {
+                let tree = try locker(["get", "-r", "/s", drop])
+                #expect(tree.status == 0 && tree.stderr.isEmpty, "\(round): \(tree)")
+                #expect(contents("a") == "top" && contents("d/b") == "below", "\(round)")
+            }
+            let newTree = try locker(["get", "-r", "/s", drop + "/new"])
+            #expect(newTree.status == 0, "\(newTree)")
+            #expect(contents("new/d/b") == "below")
+            let single = try locker(["get", "/s/a", drop + "/single"])
+            #expect(single.status == 0, "\(single)")
+            #expect(contents("single") == "top")
+            // Nothing temporary is left behind.
+            #expect(try FileManager.default.contentsOfDirectory(atPath: drop).sorted() == ["a", "b", "d", "new", "single"])
+            #expect(try FileManager.default.contentsOfDirectory(atPath: drop + "/d") == ["b"])
+        }
+    }
+
     /// Into an existing directory: files in existing local directories
     /// are replaced, other local files stay, and each missing directory
     /// is built out of sight and appears whole (empty ones included),
