@@ -49,9 +49,8 @@ public final class OpenDirectory: @unchecked Sendable {
     /// (ENOTDIR if it is not a directory). A directory the caller may
     /// write to but not list (a drop box, mode 0733) is opened with
     /// `O_PATH` (``isPathOnly``): names in it can be created, renamed and
-    /// removed, but ``sync()`` and ``removeContents()`` fail (EBADF), as
-    /// they would by path, and ``syncFileSystem(through:)`` needs a file
-    /// in it.
+    /// removed, but ``sync()``, ``syncFileSystem()`` and
+    /// ``removeContents()`` fail (EBADF), as they would by path.
     public convenience init(_ path: String, fileSystem: FileSystem = FileSystem()) throws(IOError) {
         let fd: Int32
         var isPathOnly = false
@@ -193,26 +192,19 @@ public final class OpenDirectory: @unchecked Sendable {
     }
 
     /// syncfs(2): everything written to the file system holding this
-    /// directory is durable.
-    ///
-    /// A directory open with `O_PATH` cannot be synced through (EBADF).
-    /// For one, `file` names a file in it that the caller created: the
-    /// file system is synced through that file, opened through no link,
-    /// if it is still on the directory's file system (EXDEV otherwise).
-    public func syncFileSystem(through file: String? = nil) throws(IOError) {
-        guard isPathOnly, let file else {
-            _ = try fileSystem.retrying("syncfs", path) { Int(fileSystem.syscalls.syncfs(fd)) }
-            return
-        }
-        let name = path(of: file)
-        let opened = try fileSystem.openBeneath(fd, Self.checked(file), name: name)
-        defer { fileSystem.close(opened) }
-        // Another user who can write here could have put something else
-        // at the name; syncing it is harmless if it is on this file system.
-        guard try fileSystem.fstat(opened, path: name).device == status.device else {
-            throw IOError("syncfs", path: name, errno: EXDEV)
-        }
-        _ = try fileSystem.retrying("syncfs", name) { Int(fileSystem.syscalls.syncfs(opened)) }
+    /// directory is durable. A directory open with `O_PATH`
+    /// (``isPathOnly``) cannot be synced through (EBADF); see
+    /// ``syncFileSystem(through:)``.
+    public func syncFileSystem() throws(IOError) {
+        _ = try fileSystem.retrying("syncfs", path) { Int(fileSystem.syscalls.syncfs(fd)) }
+    }
+
+    /// syncfs(2) through `file`, a descriptor the caller holds of a file it
+    /// created in this directory (so on its file system): for a directory
+    /// open with `O_PATH`, which cannot be synced through itself. The file
+    /// is used as held, never reopened by a name another user could change.
+    public func syncFileSystem(through file: Int32) throws(IOError) {
+        _ = try fileSystem.retrying("syncfs", path) { Int(fileSystem.syscalls.syncfs(file)) }
     }
 
     /// Opens the new file `name` a second time for writes past the page

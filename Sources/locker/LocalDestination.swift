@@ -200,14 +200,20 @@ private func writeLocalFile(_ name: String, in directory: OpenDirectory, path: S
     do {
         try body(NewLocalFile(fd: fd, name: temporary, directory: directory))
         guard fsync(fd) == 0 else { throw CommandFailure.cannot("write \(path)", errno) }
-        Foundation.close(fd)
-        isOpen = false
         do {
             try directory.rename(temporary, to: name)
         } catch {
             throw failure(error)
         }
-        try? directory.sync()
+        // The rename made durable (best effort: the file is whole). A drop
+        // box cannot be synced itself; its file system is, through the file.
+        if directory.isPathOnly {
+            try? directory.syncFileSystem(through: fd)
+        } else {
+            try? directory.sync()
+        }
+        Foundation.close(fd)
+        isOpen = false
     } catch {
         if isOpen { Foundation.close(fd) }
         try? directory.remove(temporary)

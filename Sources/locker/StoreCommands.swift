@@ -746,8 +746,13 @@ struct Get: ParsableCommand {
                 throw CommandFailure(.failure, "cannot write \(trimmed): the directory it was built in was moved or replaced during the fetch")
             }
             // The files are durable already; this makes the name durable
-            // (best effort, as after a group commit).
-            try? base.directory.sync()
+            // (best effort, as after a group commit). A drop box cannot be
+            // synced itself; its file system is, through the tree built.
+            if base.directory.isPathOnly {
+                try? staging.directory.syncFileSystem()
+            } else {
+                try? base.directory.sync()
+            }
             return count
         } catch {
             // Through the descriptor: the tree built, wherever it is now.
@@ -811,7 +816,7 @@ struct Get: ParsableCommand {
                 local = top
                 recent = [top]
             }
-            export?.noteDirectory(local)
+            try export?.noteDirectory(local)
             for directory in listing.directories.reversed() {
                 // Into an existing tree, what is there now; when its turn
                 // comes, it must still be there or gone.
@@ -909,12 +914,9 @@ final class TreeExport: @unchecked Sendable {
     private var staged: [(container: LocalPlace, name: String, parent: LocalPlace, target: String)] = []
     /// Whether a directory built out of sight was renamed into place.
     private var published = false
-    /// One directory per file system written to (by device number), one
-    /// that can be synced through where there is one.
+    /// One directory per file system written to (by device number), that
+    /// the file system is synced through: never one open with `O_PATH`.
     private var fileSystems: [UInt64: LocalDirectory] = [:]
-    /// The last file renamed into place on each file system, by the
-    /// commit job: what ``syncRenames()`` syncs a drop box through.
-    private var renamedInto: [UInt64: (directory: LocalDirectory, name: String)] = [:]
     private let commits = BackgroundJob()
     // The group being committed: the committing job's until it ends, the
     // caller's after waiting on it.
@@ -948,10 +950,17 @@ final class TreeExport: @unchecked Sendable {
         waiting += files.map { (directory, $0.temporary, $0.target) }
     }
 
-    func noteDirectory(_ directory: LocalDirectory) {
-        let device = directory.place.device
-        if fileSystems[device] == nil || (fileSystems[device]!.directory.isPathOnly && !directory.directory.isPathOnly) {
-            fileSystems[device] = directory
+    /// Notes a directory files are written into. One open with `O_PATH`
+    /// (a drop box: written into, not listed) cannot be synced through, so
+    /// for a file system with only such directories so far, the fetch makes
+    /// an empty temporary directory of its own in it, removed at the end,
+    /// and syncs through that.
+    func noteDirectory(_ directory: LocalDirectory) throws {
+        guard fileSystems[directory.place.device] == nil else { return }
+        if directory.directory.isPathOnly {
+            _ = try container(in: directory)
+        } else {
+            fileSystems[directory.place.device] = directory
         }
     }
 
@@ -985,7 +994,6 @@ final class TreeExport: @unchecked Sendable {
                 throw CommandFailure.cannot("write \(directory.path(of: target))", error.errno)
             }
         }
-        if let last = committing.last { renamedInto[last.directory.place.device] = (last.directory, last.target) }
         defer { committing.removeAll() }
         return committing.count
     }
@@ -993,14 +1001,7 @@ final class TreeExport: @unchecked Sendable {
     private func sync(_ directories: [LocalDirectory]) throws {
         for directory in directories {
             do {
-                // A drop box is synced through a file being committed in
-                // a directory on its file system.
-                if directory.directory.isPathOnly,
-                   let file = committing.first(where: { $0.directory.place.device == directory.place.device }) {
-                    try file.directory.directory.syncFileSystem(through: file.temporary)
-                } else {
-                    try directory.directory.syncFileSystem()
-                }
+                try directory.directory.syncFileSystem()
             } catch {
                 throw CommandFailure(.failure, "cannot write into \(directory.path): \(error)")
             }
@@ -1013,21 +1014,24 @@ final class TreeExport: @unchecked Sendable {
     /// at all, and without a rename per file. Returns the temporary
     /// directory's place and the name to build it under there.
     func stage(_ target: String, in parent: LocalDirectory) throws -> (container: LocalPlace, name: String) {
-        let container: LocalPlace
-        if let existing = containerIndex[parent.place.relative] {
-            container = containers[existing].container
-        } else {
-            let name = ".locker-" + UUID().uuidString + ".tmp"
-            let made = try parent.subdirectory(name, creating: 0o700, new: true)
-            container = made.place
-            // Ours, so it can be synced through even in a drop box.
-            noteDirectory(made)
-            containerIndex[parent.place.relative] = containers.count
-            containers.append((parent.place, name, container))
-        }
+        let container = try self.container(in: parent)
         let name = String(staged.count)
         staged.append((container, name, parent.place, target))
         return (container, name)
+    }
+
+    /// The temporary directory in `parent` (mode 0700) that its new
+    /// subdirectories are built in, made on first use and removed at the
+    /// end. Being the fetch's own, it is noted as a directory its file
+    /// system can be synced through, even in a drop box.
+    private func container(in parent: LocalDirectory) throws -> LocalPlace {
+        if let existing = containerIndex[parent.place.relative] { return containers[existing].container }
+        let name = ".locker-" + UUID().uuidString + ".tmp"
+        let made = try parent.subdirectory(name, creating: 0o700, new: true)
+        containerIndex[parent.place.relative] = containers.count
+        containers.append((parent.place, name, made.place))
+        try noteDirectory(made)
+        return made.place
     }
 
     /// Makes the directories built out of sight durable with one sync of
@@ -1035,7 +1039,8 @@ final class TreeExport: @unchecked Sendable {
     /// replace what appeared there meanwhile, and removes the temporary
     /// directories. Called once the commits have ended.
     func publishStaged() throws {
-        guard !staged.isEmpty else { return }
+        // A container made only to sync through goes too.
+        guard !staged.isEmpty else { return removeContainers(alreadyEmpty: true) }
         try sync(Array(fileSystems.values))
         var recent: [LocalDirectory] = []
         func open(_ place: LocalPlace) throws -> LocalDirectory {
@@ -1085,13 +1090,7 @@ final class TreeExport: @unchecked Sendable {
     /// Makes the renames durable (best effort: each file is already whole).
     func syncRenames() {
         guard count > 0 || published else { return }
-        for (device, directory) in fileSystems {
-            if directory.directory.isPathOnly, let file = renamedInto[device] {
-                try? file.directory.directory.syncFileSystem(through: file.name)
-            } else {
-                try? directory.directory.syncFileSystem()
-            }
-        }
+        for directory in fileSystems.values { try? directory.directory.syncFileSystem() }
     }
 }
 

@@ -187,10 +187,11 @@ struct TreeCLITests {
     }
 
     /// A destination its user may write into but not list (a drop box:
-    /// another owner's, mode 0733) takes `get -r` and `get`: the fetch
-    /// syncs through what it made there, as it cannot through the
-    /// directory. With files only, and with a directory built out of
-    /// sight; into a new directory there; and again over the same names.
+    /// another owner's, mode 0733) takes `get -r` and `get`. The directory
+    /// cannot be synced through, so the fetch syncs through a directory or
+    /// file of its own there. With files only, and with a directory built
+    /// out of sight; into a new directory there; and again over the same
+    /// names.
     @Test(.enabled(if: geteuid() == 0, "needs root to run locker as uid 65534"),
           .enabled(if: setprivPath != nil, "needs setpriv (util-linux) to run locker as uid 65534"))
     func fetchIntoADropBox() throws {
@@ -215,8 +216,14 @@ struct TreeCLITests {
             func locker(_ arguments: [String], stdin: String? = nil) throws -> CLIResult {
                 try asOther(CLIFixture.lockerPath, arguments, stdin: stdin)
             }
-            // Its agent goes with the reboot.
-            defer { _ = try? locker(["reboot"]) }
+            // Its agent goes with the reboot, or is killed.
+            defer {
+                _ = try? locker(["reboot"])
+                for pid in agents(serving: home + "/device") {
+                    kill(pid, SIGKILL)
+                    _ = waitUntilGone(pid)
+                }
+            }
             let made = try locker(["init", "--passcode-stdin"], stdin: "1234\n")
             try #require(made.status == 0, "uid 65534 cannot use locker here: \(made)")
             let stored = try locker(["put", "-r", home + "/src", "/s"])
@@ -231,7 +238,7 @@ struct TreeCLITests {
             }
             // Files only (each renamed into the drop box).
             let files = try locker(["get", "-r", "/s/d", drop])
-            #expect(files.status == 0, "\(files)")
+            #expect(files.status == 0 && files.stderr.isEmpty, "\(files)")
             #expect(contents("b") == "below")
             // A file and a directory built out of sight; then again, over
             // what is there now.
@@ -249,6 +256,17 @@ struct TreeCLITests {
             // Nothing temporary is left behind.
             #expect(try FileManager.default.contentsOfDirectory(atPath: drop).sorted() == ["a", "b", "d", "new", "single"])
             #expect(try FileManager.default.contentsOfDirectory(atPath: drop + "/d") == ["b"])
+        }
+    }
+
+    /// Live `locker agent` processes serving `device`, whoever runs them.
+    private func agents(serving device: String) -> [Int32] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { name in
+            guard let pid = Int32(name), isAlive(pid),
+                  let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { return nil }
+            let arguments = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+            return arguments.count >= 2 && arguments[1] == "agent" && arguments.contains(device) ? pid : nil
         }
     }
 
