@@ -50,7 +50,8 @@ public final class OpenDirectory: @unchecked Sendable {
     /// write to but not list (a drop box, mode 0733) is opened with
     /// `O_PATH` (``isPathOnly``): names in it can be created, renamed and
     /// removed, but ``sync()``, ``syncFileSystem()`` and
-    /// ``removeContents()`` fail (EBADF), as they would by path.
+    /// ``removeContents()`` fail (EBADF), as they would by path (see
+    /// ``sync(through:)``).
     public convenience init(_ path: String, fileSystem: FileSystem = FileSystem()) throws(IOError) {
         let fd: Int32
         var isPathOnly = false
@@ -191,20 +192,22 @@ public final class OpenDirectory: @unchecked Sendable {
         try fileSystem.fsync(fd, path: path)
     }
 
-    /// syncfs(2): everything written to the file system holding this
-    /// directory is durable. A directory open with `O_PATH`
-    /// (``isPathOnly``) cannot be synced through (EBADF); see
-    /// ``syncFileSystem(through:)``.
-    public func syncFileSystem() throws(IOError) {
-        _ = try fileSystem.retrying("syncfs", path) { Int(fileSystem.syscalls.syncfs(fd)) }
+    /// Makes the new names and renames in this directory durable, as
+    /// ``sync()`` does. One open with `O_PATH` (``isPathOnly``) cannot be
+    /// synced itself; its whole file system is then synced (syncfs(2))
+    /// through `file`, a descriptor the caller holds of something it made
+    /// in it, used as held: never reopened by a name another user could
+    /// change.
+    public func sync(through file: Int32) throws(IOError) {
+        guard isPathOnly else { return try sync() }
+        _ = try fileSystem.retrying("syncfs", path) { Int(fileSystem.syscalls.syncfs(file)) }
     }
 
-    /// syncfs(2) through `file`, a descriptor the caller holds of a file it
-    /// created in this directory (so on its file system): for a directory
-    /// open with `O_PATH`, which cannot be synced through itself. The file
-    /// is used as held, never reopened by a name another user could change.
-    public func syncFileSystem(through file: Int32) throws(IOError) {
-        _ = try fileSystem.retrying("syncfs", path) { Int(fileSystem.syscalls.syncfs(file)) }
+    /// syncfs(2): everything written to the file system holding this
+    /// directory is durable. A directory open with `O_PATH`
+    /// (``isPathOnly``) cannot be synced through (EBADF).
+    public func syncFileSystem() throws(IOError) {
+        _ = try fileSystem.retrying("syncfs", path) { Int(fileSystem.syscalls.syncfs(fd)) }
     }
 
     /// Opens the new file `name` a second time for writes past the page

@@ -151,6 +151,17 @@ func publishBuiltDirectory(_ name: String, from: OpenDirectory, to target: Strin
     }
 }
 
+/// Removes `built`, the directory this fetch made as `name` in `parent`
+/// (best effort): emptied through its own descriptor, wherever it is now,
+/// unless `isEmpty`, and its name removed only while it still holds it, so
+/// that a directory renamed there meanwhile is left alone, contents and all.
+func removeBuiltDirectory(_ built: OpenDirectory, named name: String, in parent: OpenDirectory, isEmpty: Bool = false) {
+    if !isEmpty { try? built.removeContents() }
+    if let there = try? parent.status(of: name), there.isSameFile(as: built.status) {
+        try? parent.removeDirectory(name)
+    }
+}
+
 /// A file being written by ``writeLocalFile(_:mode:_:)``.
 struct NewLocalFile {
     let fd: Int32
@@ -195,8 +206,7 @@ private func writeLocalFile(_ name: String, in directory: OpenDirectory, path: S
     } catch {
         throw failure(error)
     }
-    // Closed once: after close, the number may name another thread's file.
-    var isOpen = true
+    defer { Foundation.close(fd) }
     do {
         try body(NewLocalFile(fd: fd, name: temporary, directory: directory))
         guard fsync(fd) == 0 else { throw CommandFailure.cannot("write \(path)", errno) }
@@ -205,18 +215,11 @@ private func writeLocalFile(_ name: String, in directory: OpenDirectory, path: S
         } catch {
             throw failure(error)
         }
-        // The rename made durable (best effort: the file is whole). A drop
-        // box cannot be synced itself; its file system is, through the file.
-        if directory.isPathOnly {
-            try? directory.syncFileSystem(through: fd)
-        } else {
-            try? directory.sync()
-        }
-        Foundation.close(fd)
-        isOpen = false
     } catch {
-        if isOpen { Foundation.close(fd) }
         try? directory.remove(temporary)
         throw error
     }
+    // The rename made durable (best effort: the file is whole); a drop box
+    // through the file.
+    try? directory.sync(through: fd)
 }

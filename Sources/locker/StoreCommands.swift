@@ -746,20 +746,12 @@ struct Get: ParsableCommand {
                 throw CommandFailure(.failure, "cannot write \(trimmed): the directory it was built in was moved or replaced during the fetch")
             }
             // The files are durable already; this makes the name durable
-            // (best effort, as after a group commit). A drop box cannot be
-            // synced itself; its file system is, through the tree built.
-            if base.directory.isPathOnly {
-                try? staging.directory.syncFileSystem()
-            } else {
-                try? base.directory.sync()
-            }
+            // (best effort, as after a group commit); a drop box through
+            // the tree built.
+            try? base.directory.sync(through: staging.directory.fd)
             return count
         } catch {
-            // Through the descriptor: the tree built, wherever it is now.
-            try? staging.directory.removeContents()
-            if let left = try? base.directory.status(of: stagingName), left.isSameFile(as: staging.directory.status) {
-                try? base.directory.removeDirectory(stagingName)
-            }
+            removeBuiltDirectory(staging.directory, named: stagingName, in: base.directory)
             throw error
         }
     }
@@ -1061,16 +1053,12 @@ final class TreeExport: @unchecked Sendable {
 
     /// Removes each temporary directory, emptied first unless
     /// `alreadyEmpty`. Each is opened by its place (so only if it is still
-    /// the directory made), emptied through its descriptor, and removed
-    /// from its parent only if the name still holds it: another directory
-    /// renamed there meanwhile is left alone, contents and all.
+    /// the directory made) and removed as ``removeBuiltDirectory(_:named:in:isEmpty:)``
+    /// does.
     private func removeContainers(alreadyEmpty: Bool) {
         for (parent, name, place) in containers {
             guard let container = try? destination.open(place), let parent = try? destination.open(parent) else { continue }
-            if !alreadyEmpty { try? container.directory.removeContents() }
-            if let there = try? parent.directory.status(of: name), there.isSameFile(as: container.directory.status) {
-                try? parent.directory.removeDirectory(name)
-            }
+            removeBuiltDirectory(container.directory, named: name, in: parent.directory, isEmpty: alreadyEmpty)
         }
         containers.removeAll()
         containerIndex.removeAll()

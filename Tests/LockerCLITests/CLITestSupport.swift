@@ -192,22 +192,9 @@ final class CLIFixture {
     /// Live `locker agent` processes for this fixture's device: the pid
     /// file's (if it really is such an agent) plus any found in /proc.
     func agentProcesses() -> Set<Int32> {
-        var found = Set<Int32>()
-        if let pid = agentPIDFromFile, isAgent(pid) { found.insert(pid) }
-        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-        for name in entries {
-            if let pid = Int32(name), isAgent(pid) { found.insert(pid) }
-        }
+        var found = LockerCLITests.agentProcesses(serving: device)
+        if let pid = agentPIDFromFile, isAgent(pid, serving: device) { found.insert(pid) }
         return found
-    }
-
-    /// Whether `pid` is a live `locker agent` serving this device.
-    private func isAgent(_ pid: Int32) -> Bool {
-        guard pid > 0, isAlive(pid),
-              let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"), !data.isEmpty
-        else { return false }
-        let arguments = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
-        return arguments.count >= 2 && arguments[1] == "agent" && arguments.contains(device)
     }
 
     /// Reboots the agent (which makes it exit), kills any agent still
@@ -308,6 +295,22 @@ func waitUntilGone(_ pid: Int32, seconds: Double = 5) -> Bool {
         usleep(10_000)
     }
     return !isAlive(pid)
+}
+
+/// Live `locker agent` processes serving the device directory `device`,
+/// whoever runs them (found in /proc).
+func agentProcesses(serving device: String) -> Set<Int32> {
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+    return Set(entries.compactMap { Int32($0) }.filter { isAgent($0, serving: device) })
+}
+
+/// Whether `pid` is a live `locker agent` serving `device`.
+func isAgent(_ pid: Int32, serving device: String) -> Bool {
+    guard pid > 0, isAlive(pid),
+          let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"), !data.isEmpty
+    else { return false }
+    let arguments = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+    return arguments.count >= 2 && arguments[1] == "agent" && arguments.contains(device)
 }
 
 /// Where `setpriv` is, if installed.

@@ -219,7 +219,7 @@ struct TreeCLITests {
             // Its agent goes with the reboot, or is killed.
             defer {
                 _ = try? locker(["reboot"])
-                for pid in agents(serving: home + "/device") {
+                for pid in agentProcesses(serving: home + "/device") {
                     kill(pid, SIGKILL)
                     _ = waitUntilGone(pid)
                 }
@@ -256,17 +256,6 @@ struct TreeCLITests {
             // Nothing temporary is left behind.
             #expect(try FileManager.default.contentsOfDirectory(atPath: drop).sorted() == ["a", "b", "d", "new", "single"])
             #expect(try FileManager.default.contentsOfDirectory(atPath: drop + "/d") == ["b"])
-        }
-    }
-
-    /// Live `locker agent` processes serving `device`, whoever runs them.
-    private func agents(serving device: String) -> [Int32] {
-        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-        return entries.compactMap { name in
-            guard let pid = Int32(name), isAlive(pid),
-                  let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { return nil }
-            let arguments = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
-            return arguments.count >= 2 && arguments[1] == "agent" && arguments.contains(device) ? pid : nil
         }
     }
 

@@ -127,7 +127,8 @@ import Glibc
 
     /// A directory that may be written to but not listed (a drop box) is
     /// still opened, and a file written into it. It cannot be synced
-    /// itself; its file system is synced through a file the caller holds.
+    /// itself; its file system is synced through a file the caller holds,
+    /// where a directory open for reading is synced itself.
     @Test func aDropBoxIsWrittenInto() throws {
         let root = try scratch()
         defer { try? FileManager.default.removeItem(atPath: root) }
@@ -147,6 +148,12 @@ import Glibc
             synced.withLock { $0.append(fd) }
             return syncfs(fd)
         }
+        let fsynced = Mutex<[Int32]>([])
+        let fsync = syscalls.fsync
+        syscalls.fsync = { fd in
+            fsynced.withLock { $0.append(fd) }
+            return fsync(fd)
+        }
         let tree = try OpenDirectory(root + "/tree", fileSystem: FileSystem(syscalls: syscalls))
         #expect(tree.isPathOnly)
         let fd = try tree.createFile("dropped")
@@ -157,10 +164,15 @@ import Glibc
         #expect(errno { try tree.sync() } == EBADF)
         #expect(errno { try tree.syncFileSystem() } == EBADF)
         synced.withLock { $0.removeAll() }
-        try tree.syncFileSystem(through: fd)
-        #expect(synced.withLock { $0 } == [fd])
-        // A directory opened for reading is not path-only.
-        #expect(try !OpenDirectory(root + "/outside").isPathOnly)
+        fsynced.withLock { $0.removeAll() }
+        try tree.sync(through: fd)
+        #expect(synced.withLock { $0 } == [fd] && fsynced.withLock { $0 }.isEmpty)
+
+        let plain = try OpenDirectory(root + "/outside", fileSystem: FileSystem(syscalls: syscalls))
+        #expect(!plain.isPathOnly)
+        synced.withLock { $0.removeAll() }
+        try plain.sync(through: fd)
+        #expect(fsynced.withLock { $0 } == [plain.fd] && synced.withLock { $0 }.isEmpty)
     }
 
     /// Where the file system cannot rename without replacing (EINVAL),
