@@ -1,5 +1,6 @@
 public import Foundation
 public import LockerFormat
+internal import LockerDevice
 internal import Synchronization
 
 extension Store {
@@ -206,8 +207,11 @@ enum OpenRegistry {
             }
             counts[key] = nil
             // By object ID, not by path: the object may have been moved or
-            // replaced since it was opened.
-            try store.keys.close(objectID: objectID)
+            // replaced since it was opened. One the device no longer holds
+            // open (closed by another process, or a reboot) is closed.
+            do {
+                try store.keys.close(objectID: objectID)
+            } catch DeviceError.notOpen {}
         }
     }
 }

@@ -404,22 +404,40 @@ public final class Device: @unchecked Sendable {
     /// Changes the passcode. Rewraps the A, B and C class keys only, so
     /// its cost does not depend on how much is stored. Counts as a passcode
     /// attempt for `old`.
+    ///
+    /// On a device without a passcode, `old` must be empty: this sets the
+    /// first passcode, and every object stays readable under it. Throws
+    /// ``DeviceError/noPasscode`` for a non-empty `old` there.
     public func changePasscode(old: SecretBytes, new: SecretBytes) throws {
         try transition {
             expireGrace()
             guard currentState != .wiped, let keybag else { throw DeviceError.wiped }
-            guard keybag.hasPasscode else { throw DeviceError.noPasscode }
-            let oldKey = try verifyPasscode(old, keybag: keybag)
+            let oldKey: SecretBytes
+            if keybag.hasPasscode {
+                oldKey = try verifyPasscode(old, keybag: keybag)
+            } else {
+                guard old.count == 0 else { throw DeviceError.noPasscode }
+                oldKey = try Self.derivePasscodeKey(nil, kdf: keybag.kdf, keys: keys)
+            }
             let kdf = try Keybag.PasscodeKDF(logN: Self.calibratedLogN(passcodeCost), r: 8, p: 1, salt: SecureRandom.bytes(32))
             let newKey = try Self.derivePasscodeKey(new, kdf: kdf, keys: keys)
             var updated = keybag
             updated.kdf = kdf
+            updated.hasPasscode = true
             for (i, entry) in updated.entries.enumerated() where entry.wrapType == .passcode {
                 let classKey = try Self.unwrapClassKey(entry, kek: Self.classKEK(entry.protectionClass, passcodeKey: oldKey))
                 updated.entries[i].wrappedKey = try AESKeyWrap.wrap(
                     classKey, kek: Self.classKEK(entry.protectionClass, passcodeKey: newKey))
             }
-            try commit(updated)
+            // Without a passcode the device holds every key even when
+            // "locked"; with its first passcode it is unlocked, so that the
+            // next lock evicts them.
+            try commit(updated) {
+                if !keybag.hasPasscode {
+                    currentState = .unlocked
+                    graceDeadline = nil
+                }
+            }
         }
     }
 
@@ -627,9 +645,11 @@ public final class Device: @unchecked Sendable {
         }
     }
 
-    /// Closes an object; its key is wiped.
-    public func close(objectID: String) {
-        _ = lock.withLock { openObjects.removeValue(forKey: objectID) }
+    /// Closes an object; its key is wiped. Throws ``DeviceError/notOpen``
+    /// if it is not open (never opened, closed already, or the device
+    /// rebooted since).
+    public func close(objectID: String) throws {
+        guard lock.withLock({ openObjects.removeValue(forKey: objectID) }) != nil else { throw DeviceError.notOpen }
     }
 
     // MARK: Key derivation

@@ -257,8 +257,8 @@ struct StatusReport: Encodable {
 
 struct Passwd: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Change the passcode. Rewraps the class keys only; no object is rewritten.",
-        discussion: "Prompts for the current and the new passcode on a terminal; otherwise reads them as two lines on standard input.")
+        abstract: "Change the passcode, or set one on a device without. Rewraps the class keys only; no object is rewritten.",
+        discussion: "Prompts for the current and the new passcode on a terminal; otherwise reads them as two lines on standard input. On a device without a passcode, asks only for the new one (one line on standard input), and every object stays readable.")
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var noPasscodeArguments: NoPasscodeArguments
@@ -266,10 +266,13 @@ struct Passwd: ParsableCommand {
     func run() throws {
         let client = try global.client()
         let input = PasscodeInput(fromStandardInput: false)
-        let old = try input.read(prompt: "Current passcode: ")
+        // A device without a passcode gets its first one; its objects stay
+        // readable (a reset would make A, B and C unreadable).
+        let first = try !client.status().passcodeSet
+        let old = first ? SecretBytes(copying: []) : try input.read(prompt: "Current passcode: ")
         let new = try input.read(prompt: "New passcode: ", confirm: true)
         try client.changePasscode(old: old, new: new)
-        print("Passcode changed.")
+        print(first ? "Passcode set; locking now protects classes A, B and C." : "Passcode changed.")
     }
 }
 

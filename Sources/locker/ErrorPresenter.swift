@@ -111,7 +111,7 @@ enum ErrorPresenter {
             let wait = max(0, Int((until - Date().timeIntervalSince1970).rounded(.up)))
             return (.passcode, "locked out after \(attempts) failed attempts; next attempt allowed at \(timestamp(until)) (in \(wait) s)", nil)
         case .noPasscode:
-            return (.failure, "this device has no passcode", "'locker reset' sets one")
+            return (.failure, "this device has no passcode", "'locker passwd' sets one, and keeps every object readable")
         case .integrity(let what):
             return (.integrity, "integrity failure: \(what) failed authentication", nil)
         case .rollback:

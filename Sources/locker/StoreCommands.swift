@@ -662,6 +662,16 @@ struct Get: ParsableCommand {
         if FileManager.default.fileExists(atPath: target, isDirectory: &isDirectory), isDirectory.boolValue {
             target += "/" + source.name
         }
+        // A device or a FIFO at DEST (/dev/null, a named pipe, a terminal)
+        // is written into, as cp(1) would: replacing it with a file by a
+        // rename would put the plaintext where the user did not ask.
+        if let kind = nonRegularFileKind(at: target) {
+            let fd = open(target, O_WRONLY | O_NOCTTY | O_CLOEXEC)
+            guard fd >= 0 else { throw CommandFailure.cannot("write \(target) (\(kind))", errno) }
+            defer { close(fd) }
+            try store.read(source, range: wanted) { try writeAll(fd, $0, path: target) }
+            return
+        }
         let progress = Progress(total: wanted.map { $0.upperBound - $0.lowerBound } ?? info.size)
         defer { progress.finish() }
         let output = target
@@ -1162,6 +1172,20 @@ extension OutputFile {
             try write(bytes, at: offset, name: name)
             offset += UInt64(bytes.count)
         }
+    }
+}
+
+/// What `path` is (following symbolic links) when it exists and is
+/// neither a regular file nor a directory: "a device", "a FIFO" or "a
+/// socket". Nil otherwise.
+func nonRegularFileKind(at path: String) -> String? {
+    var st = stat()
+    guard stat(path, &st) == 0 else { return nil }
+    switch st.st_mode & S_IFMT {
+    case S_IFCHR, S_IFBLK: return "a device"
+    case S_IFIFO: return "a FIFO"
+    case S_IFSOCK: return "a socket"
+    default: return nil
     }
 }
 

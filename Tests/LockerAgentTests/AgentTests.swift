@@ -183,6 +183,7 @@ struct AgentTests {
 
         try client.close(objectID: "obj-b")
         #expect(throws: DeviceError.notOpen) { try client.openFileKey(objectID: "obj-b") }
+        #expect(throws: DeviceError.notOpen) { try client.close(objectID: "obj-b") }
         #expect(try client.status().openObjects.isEmpty)
         #expect(throws: AgentError.invalidArgument("object ID must be 1 to 1024 bytes of UTF-8")) {
             try client.close(objectID: "")

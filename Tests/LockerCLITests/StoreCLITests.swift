@@ -92,6 +92,72 @@ struct StoreCLITests {
         }
     }
 
+    /// `passwd` on a device made without a passcode sets its first one:
+    /// every object stays readable, and from then on the classes lock.
+    @Test func passwdSetsAFirstPasscodeAndKeepsEveryObject() throws {
+        try withStoreFixture { f in
+            try f.ok(["init", "--no-passcode"])
+            let bytes = sampleBytes("first-passcode", size: 5000)
+            let classes = ["A", "B", "C", "D"]
+            for c in classes { try f.put("/p/\(c)", bytes, ["--class", c]) }
+            let set = try f.ok(["passwd"], stdin: "5678\n")
+            #expect(set.stdout.contains("Passcode set"), "\(set)")
+            for c in classes { #expect(try f.raw(["get", "/p/\(c)"]).stdout == bytes, "class \(c)") }
+
+            try f.ok(["lock", "--now"])
+            expectProtectedDataUnavailable(try f.raw(["get", "/p/A"]))
+            #expect(try f.raw(["get", "/p/C"]).stdout == bytes)
+            try f.ok(["reboot"])
+            expectProtectedDataUnavailable(try f.raw(["get", "/p/C"]))
+            #expect(try f.raw(["get", "/p/D"]).stdout == bytes)
+            try f.ok(["unlock", "--passcode-stdin"], stdin: "5678\n")
+            for c in classes { #expect(try f.raw(["get", "/p/\(c)"]).stdout == bytes, "class \(c) after unlock") }
+
+            // Now an ordinary device: passwd wants the current passcode.
+            let changed = try f.ok(["passwd"], stdin: "5678\n9012\n")
+            #expect(changed.stdout.contains("Passcode changed"), "\(changed)")
+            try f.ok(["reboot"])
+            try f.ok(["unlock", "--passcode-stdin"], stdin: "9012\n")
+            #expect(try f.raw(["get", "/p/A"]).stdout == bytes)
+        }
+    }
+
+    /// A FIFO or a device at DEST is written into, never replaced by a
+    /// file (which, for /dev/null, would have put the plaintext in /dev).
+    @Test func getIntoAFIFOOrADeviceWritesIntoIt() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let bytes = sampleBytes("into-a-fifo", size: 300_000)
+            try f.put("/o", bytes, ["--class", "C"])
+            let fifo = f.root + "/pipe"
+            #expect(mkfifo(fifo, 0o600) == 0)
+            final class Received: @unchecked Sendable { var data = Data() }
+            let received = Received()
+            let done = DispatchSemaphore(value: 0)
+            Thread {
+                if let reader = FileHandle(forReadingAtPath: fifo) { received.data = reader.readDataToEndOfFile() }
+                done.signal()
+            }.start()
+            let r = try f.raw(["get", "/o", fifo])
+            #expect(r.status == 0, "\(r)")
+            #expect(done.wait(timeout: .now() + 30) == .success, "nothing wrote into the FIFO")
+            #expect(received.data == bytes)
+            var st = stat()
+            #expect(lstat(fifo, &st) == 0 && st.st_mode & S_IFMT == S_IFIFO, "the FIFO was replaced")
+
+            if geteuid() == 0 {
+                // A node of /dev/null's numbers (1, 3), made here.
+                let null = f.root + "/null"
+                #expect(mknod(null, S_IFCHR | 0o666, dev_t((1 << 8) | 3)) == 0)
+                let n = try f.raw(["get", "/o", null])
+                #expect(n.status == 0, "\(n)")
+                #expect(lstat(null, &st) == 0 && st.st_mode & S_IFMT == S_IFCHR, "the device node was replaced")
+            }
+            let left = try FileManager.default.contentsOfDirectory(atPath: f.root).filter { $0.hasPrefix(".locker-") }
+            #expect(left.isEmpty, "\(left)")
+        }
+    }
+
     /// A class B object opened before a lock stays readable until closed.
     @Test func openCompleteUnlessOpenObjectSurvivesLockUntilClosed() throws {
         try withStoreFixture { f in
@@ -118,6 +184,10 @@ struct StoreCLITests {
             #expect(stat.reason == "open")
 
             try f.ok(["close", "/docs/b"])
+            // Closing what is not open is an error (66), not a silent success.
+            let again = try f.raw(["close", "/docs/b"])
+            #expect(again.status == 66, "\(again)")
+            #expect(again.stderr.hasPrefix("locker: error: the object is not open"), "\(again)")
             let after = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
             #expect(after.openObjects.isEmpty)
             expectProtectedDataUnavailable(try f.raw(["get", "/docs/b"]))

@@ -144,8 +144,9 @@ import Testing
         let created = try device.wrap(fileKey: fresh, for: .completeUnlessOpen)
         try device.registerOpen(objectID: "new", fileKey: fresh, protectionClass: .completeUnlessOpen)
         #expect(try device.openFileKey(objectID: "new") == fresh)
-        device.close(objectID: "new")
+        try device.close(objectID: "new")
         #expect(throws: DeviceError.notOpen) { try device.openFileKey(objectID: "new") }
+        #expect(throws: DeviceError.notOpen) { try device.close(objectID: "new") }
         #expect(throws: DeviceError.protectedDataUnavailable(.completeUnlessOpen)) { try device.unwrap(created) }
         try device.unlock(passcode: passcode("1234"))
         #expect(try device.unwrap(created) == fresh)
@@ -166,6 +167,32 @@ import Testing
         let rebooted = try Device.boot(at: temp.directory, clock: clock, passcodeCost: fastCost)
         #expect(rebooted.state == .unlocked)
         #expect(throws: Never.self) { try rebooted.unwrap(a) }
+    }
+
+    @Test func aFirstPasscodeKeepsTheKeysAndLocksFromThenOn() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let clock = ManualClock()
+        let device = try makeDevice(temp, clock: clock, passcode: nil)
+        let key = try SecretBytes(randomCount: 32)
+        let a = try device.wrap(fileKey: key, for: .complete)
+        #expect(throws: DeviceError.noPasscode) { try device.changePasscode(old: passcode("x"), new: passcode("5678")) }
+        device.lock(immediately: true)
+        try device.changePasscode(old: SecretBytes(copying: []), new: passcode("5678"))
+        #expect(device.state == .unlocked)
+        #expect(try device.status().passcodeSet)
+        #expect(try device.unwrap(a) == key)
+        device.lock(immediately: true)
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) { try device.unwrap(a) }
+        #expect(throws: DeviceError.self) { try device.unlock(passcode: passcode("1234")) }
+        try device.unlock(passcode: passcode("5678"))
+        #expect(try device.unwrap(a) == key)
+        device.shutdown()
+        let rebooted = try Device.boot(at: temp.directory, clock: clock, passcodeCost: fastCost)
+        #expect(rebooted.state == .beforeFirstUnlock)
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) { try rebooted.unwrap(a) }
+        try rebooted.unlock(passcode: passcode("5678"))
+        #expect(try rebooted.unwrap(a) == key)
     }
 
     @Test func eventsAreEmitted() async throws {

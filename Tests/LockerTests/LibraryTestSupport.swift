@@ -106,5 +106,5 @@ final class ForwardingKeys: KeyService {
         try device.registerOpen(objectID: objectID, fileKey: fileKey, protectionClass: protectionClass)
     }
     func openFileKey(objectID: String) throws -> SecretBytes { try device.openFileKey(objectID: objectID) }
-    func close(objectID: String) throws { device.close(objectID: objectID) }
+    func close(objectID: String) throws { try device.close(objectID: objectID) }
 }
