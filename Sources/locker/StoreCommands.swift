@@ -665,9 +665,7 @@ struct Get: ParsableCommand {
         // A device or a FIFO at DEST (/dev/null, a named pipe, a terminal)
         // is written into, as cp(1) would: replacing it with a file by a
         // rename would put the plaintext where the user did not ask.
-        if let kind = nonRegularFileKind(at: target) {
-            let fd = open(target, O_WRONLY | O_NOCTTY | O_CLOEXEC)
-            guard fd >= 0 else { throw CommandFailure.cannot("write \(target) (\(kind))", errno) }
+        if let fd = try openUnlessFile(target) {
             defer { close(fd) }
             try store.read(source, range: wanted) { try writeAll(fd, $0, path: target) }
             return
@@ -1175,18 +1173,28 @@ extension OutputFile {
     }
 }
 
-/// What `path` is (following symbolic links) when it exists and is
-/// neither a regular file nor a directory: "a device", "a FIFO" or "a
-/// socket". Nil otherwise.
-func nonRegularFileKind(at path: String) -> String? {
-    var st = stat()
-    guard stat(path, &st) == 0 else { return nil }
-    switch st.st_mode & S_IFMT {
-    case S_IFCHR, S_IFBLK: return "a device"
-    case S_IFIFO: return "a FIFO"
-    case S_IFSOCK: return "a socket"
-    default: return nil
+/// Opens `path` for writing in order when it is (following symbolic
+/// links) a device, a FIFO or a socket; nil when it does not exist or is
+/// anything else. The descriptor is checked too: a regular file renamed
+/// there between the look and the open is not written into in place.
+func openUnlessFile(_ path: String) throws -> Int32? {
+    func kind(_ st: stat) -> String? {
+        switch st.st_mode & S_IFMT {
+        case S_IFCHR, S_IFBLK: "a device"
+        case S_IFIFO: "a FIFO"
+        case S_IFSOCK: "a socket"
+        default: nil
+        }
     }
+    var st = stat()
+    guard stat(path, &st) == 0, let expected = kind(st) else { return nil }
+    let fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC)
+    guard fd >= 0 else { throw CommandFailure.cannot("write \(path) (\(expected))", errno) }
+    guard fstat(fd, &st) == 0, kind(st) != nil else {
+        close(fd)
+        throw CommandFailure(.failure, "cannot write \(path): it was replaced during the fetch")
+    }
+    return fd
 }
 
 func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws {
