@@ -171,6 +171,17 @@ public final class StagedTree: @unchecked Sendable {
         if !isFinished { removeContainer() }
     }
 
+    /// Gives the tree up: removes its temporary directory with every
+    /// directory and object staged in it. Call it when no batch is being
+    /// staged or committed into the tree; it cannot be published after.
+    /// What a `deinit` would do, at a moment the caller chooses (a process
+    /// about to end does not wait for the last reference to go).
+    public func discard() {
+        guard !isFinished else { return }
+        isFinished = true
+        removeContainer()
+    }
+
     /// Whether `path` is a directory this tree creates.
     public func isNew(_ path: StorePath) -> Bool { subtreeOf[path] != nil }
 

@@ -110,9 +110,16 @@ enum Main {
         ProcessMemory.limitMallocArenas(to: 4)
         do {
             var command = try Locker.parseAsRoot()
+            // Before any other thread exists. The agent takes these
+            // signals itself, to wipe its keys and remove its socket.
+            if !(command is AgentCommand) { Interruption.install() }
             try command.run()
         } catch {
+            // An interrupted command has removed its temporaries and says
+            // nothing more: the shell reports the signal.
+            if let signal = Interruption.signal { Interruption.end(by: signal) }
             exit(ErrorPresenter.present(error))
         }
+        if let signal = Interruption.signal { Interruption.end(by: signal) }
     }
 }

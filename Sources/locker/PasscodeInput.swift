@@ -39,19 +39,23 @@ struct PasscodeInput {
     private func promptNoEcho(_ prompt: String) throws -> SecretBytes {
         FileHandle.standardError.write(Data(prompt.utf8))
         var saved = termios()
-        let haveTerminal = tcgetattr(STDIN_FILENO, &saved) == 0
-        if haveTerminal {
+        guard tcgetattr(STDIN_FILENO, &saved) == 0 else {
+            guard let line = Self.readLine() else { throw CommandFailure(.usage, "no passcode was entered") }
+            return line
+        }
+        // Registered before echo goes off: a Ctrl-C at the prompt must not
+        // leave the terminal without echo.
+        let line = Interruption.restoringTerminal(saved) {
             var silent = saved
             silent.c_lflag &= ~tcflag_t(ECHO)
             _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &silent)
-        }
-        defer {
-            if haveTerminal {
+            defer {
                 _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
                 FileHandle.standardError.write(Data("\n".utf8))
             }
+            return Self.readLine()
         }
-        guard let line = Self.readLine() else { throw CommandFailure(.usage, "no passcode was entered") }
+        guard let line else { throw CommandFailure(.usage, "no passcode was entered") }
         return line
     }
 

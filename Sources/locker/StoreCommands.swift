@@ -22,14 +22,29 @@ func storePath(_ text: String) throws -> StorePath {
 }
 
 /// Reads a local file descriptor into the store's buffers.
-func readSource(_ fd: Int32) -> (UnsafeMutableRawBufferPointer) throws -> Int {
+func readSource(_ fd: Int32, mayBlock: Bool = false) -> (UnsafeMutableRawBufferPointer) throws -> Int {
     { buffer in
+        try Interruption.check()
+        if mayBlock { try waitUntilReady(fd, for: Int16(POLLIN)) }
         while true {
             let n = Foundation.read(fd, buffer.baseAddress, buffer.count)
             if n >= 0 { return n }
             if errno == EINTR { continue }
             throw CommandFailure(.failure, "reading the input failed: \(String(cString: strerror(errno)))")
         }
+    }
+}
+
+/// Waits until `fd` (a pipe, a terminal, a device) is ready for `events`,
+/// or has an error or a hang-up for the read or write to report, checking
+/// for an interruption ten times a second: a blocked read or write would
+/// never see one.
+func waitUntilReady(_ fd: Int32, for events: Int16) throws {
+    var entry = pollfd(fd: fd, events: events, revents: 0)
+    while true {
+        let n = poll(&entry, 1, 100)
+        if n > 0 || (n < 0 && errno != EINTR) { return }
+        try Interruption.check()
     }
 }
 
@@ -104,6 +119,10 @@ struct Put: ParsableCommand {
     var r = false
 
     func run() throws {
+        try Interruption.cooperating { try transfer() }
+    }
+
+    private func transfer() throws {
         let store = try global.openStore()
         var target = try storePath(path)
         if r {
@@ -159,7 +178,7 @@ struct Put: ParsableCommand {
         // Standard input may have been read from before, so its size says
         // nothing about what is left of it.
         let watch = fd == STDIN_FILENO ? nil : SourceWatch(fd, opened: status)
-        let read = readSource(fd)
+        let read = readSource(fd, mayBlock: status?.isRegularFile != true)
         var changed = false
         let info = try store.put(target, protection: self.class?.value, from: { buffer in
             let n = try read(buffer)
@@ -234,6 +253,15 @@ struct Put: ParsableCommand {
         try collect(local, target)
         let collected = Set(directories)
         var tree: StagedTree? = try store.stageTree(directories)
+        // On a failure before it is published, nothing staged is left
+        // behind: the commit under way ends first, then the tree goes with
+        // what was staged in it (run before the defers above).
+        defer {
+            if let tree {
+                _ = try? commits.wait()
+                tree.discard()
+            }
+        }
         // What goes into a new directory only once it is published: files
         // that may need a data file, and directories that appeared since
         // the walk began.
@@ -295,6 +323,7 @@ struct Put: ParsableCommand {
             }
         }
         func storeFile(_ localPath: String, _ st: stat, at path: StorePath) throws {
+            try Interruption.check()
             if UInt64(st.st_size) > Self.batchFileLimit {
                 try flush(drain: true)
                 if try putFile(store, source: localPath, to: path, in: localTree).changed { changes.add(localPath) }
@@ -637,6 +666,10 @@ struct Get: ParsableCommand {
     }
 
     func run() throws {
+        try Interruption.cooperating { try transfer() }
+    }
+
+    private func transfer() throws {
         let store = try global.openStore()
         let source = try storePath(path)
         if r {
@@ -654,7 +687,8 @@ struct Get: ParsableCommand {
         if destination == nil || destination == "-" {
             // write(2) directly: no copy per chunk, and a closed pipe is an
             // error (EPIPE, SIGPIPE is ignored) rather than a crash.
-            try store.read(source, range: wanted) { try writeAll(STDOUT_FILENO, $0, path: "standard output") }
+            let mayBlock = (try? FileSystem().status(of: STDOUT_FILENO, path: "standard output"))?.isRegularFile != true
+            try store.read(source, range: wanted) { try writeAll(STDOUT_FILENO, $0, path: "standard output", mayBlock: mayBlock) }
             return
         }
         var target = destination!
@@ -667,7 +701,7 @@ struct Get: ParsableCommand {
         // rename would put the plaintext where the user did not ask.
         if let fd = try openUnlessFile(target) {
             defer { close(fd) }
-            try store.read(source, range: wanted) { try writeAll(fd, $0, path: target) }
+            try store.read(source, range: wanted) { try writeAll(fd, $0, path: target, mayBlock: true) }
             return
         }
         let progress = Progress(total: wanted.map { $0.upperBound - $0.lowerBound } ?? info.size)
@@ -833,6 +867,7 @@ struct Get: ParsableCommand {
             }
             let objects = listing.objects
             for start in stride(from: 0, to: objects.count, by: 256) {
+                try Interruption.check()
                 let group = try store.prepareReads(Array(objects[start..<min(objects.count, start + 256)]))
                 // Both cores: a small object is one chunk, decrypted on one.
                 let results = fetchGroup(store, group, into: local, temporaries: export != nil)
@@ -1154,7 +1189,9 @@ func splitLocalPath(_ path: String) -> (trimmed: String, parent: String, name: S
 
 extension OutputFile {
     /// ``write(_:at:)``, failing with a message that names `name`.
+    /// Throws ``Interruption/Interrupted`` instead once a signal came.
     func write(_ bytes: UnsafeRawBufferPointer, at offset: UInt64, name: String) throws {
+        try Interruption.check()
         do {
             try write(bytes, at: offset)
         } catch {
@@ -1197,9 +1234,11 @@ func openUnlessFile(_ path: String) throws -> Int32? {
     return fd
 }
 
-func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws {
+func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String, mayBlock: Bool = false) throws {
     var offset = 0
     while offset < bytes.count {
+        try Interruption.check()
+        if mayBlock { try waitUntilReady(fd, for: Int16(POLLOUT)) }
         let n = Foundation.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
         if n < 0 {
             if errno == EINTR { continue }
@@ -1546,6 +1585,10 @@ struct Export: ParsableCommand {
     }
 
     func run() throws {
+        try Interruption.cooperating { try transfer() }
+    }
+
+    private func transfer() throws {
         let store = try global.openStore()
         // The manifest would overwrite an exported /manifest.json (or fail
         // on a directory of that name): refuse before writing anything.

@@ -217,12 +217,21 @@ final class BackgroundRun {
     private let exited = DispatchSemaphore(value: 0)
     private let finished = Box(false)
 
-    /// `stderr`: a file to write its standard error to (else /dev/null).
-    init(_ fixture: CLIFixture, _ arguments: [String], stderr: String? = nil) throws {
-        process.executableURL = URL(fileURLWithPath: CLIFixture.lockerPath)
-        process.arguments = arguments
+    /// `stderr`: a file to write its standard error to (else /dev/null);
+    /// `stdin`: a file to read standard input from (else /dev/null);
+    /// `launcher`: a program and its arguments that start `locker` (which
+    /// follows them), such as `env --default-signal`.
+    init(_ fixture: CLIFixture, _ arguments: [String], stderr: String? = nil, stdin: String? = nil,
+         launcher: [String] = []) throws {
+        if let program = launcher.first {
+            process.executableURL = URL(fileURLWithPath: program)
+            process.arguments = launcher.dropFirst() + [CLIFixture.lockerPath] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: CLIFixture.lockerPath)
+            process.arguments = arguments
+        }
         process.environment = fixture.environment
-        process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+        process.standardInput = FileHandle(forReadingAtPath: stdin ?? "/dev/null")
         if let stderr { _ = FileManager.default.createFile(atPath: stderr, contents: nil) }
         process.standardError = FileHandle(forWritingAtPath: stderr ?? "/dev/null")
         let pipe = Pipe()
@@ -257,6 +266,13 @@ final class BackgroundRun {
             usleep(20_000)
         }
         return condition(text)
+    }
+
+    /// The signal that ended it, once it exits within `seconds`; 0 if it
+    /// exited instead; nil if it still runs.
+    func waitForSignal(seconds: Double) -> Int32? {
+        guard let status = waitForExit(seconds: seconds) else { return nil }
+        return process.terminationReason == .uncaughtSignal ? status : 0
     }
 
     /// The exit status once it exits within `seconds`, else nil.

@@ -1,0 +1,175 @@
+import Foundation
+import Synchronization
+
+/// What SIGINT, SIGTERM and SIGHUP do to a running command.
+///
+/// The signals are blocked in every thread and taken by one thread of
+/// their own (`sigwait`), so that cleaning up is ordinary code, not a
+/// signal handler. On the first signal:
+/// - a terminal left without echo by a passcode prompt gets its settings
+///   back;
+/// - a command that takes part (``cooperating(_:)``: `put`, `get`) sees
+///   ``check()`` throw ``Interrupted`` at its next chunk or file, unwinds
+///   through its usual failure path, which removes what it had written
+///   under temporary names, and the process then ends by the signal;
+/// - any other command ends at once.
+///
+/// If a taking-part command has not ended ``grace`` after the signal (it
+/// is waiting on something that never comes), or on a second signal, the
+/// temporary files registered with ``registerTemporary(_:in:)`` are
+/// removed and the process ends by the signal there and then.
+///
+/// A signal that was ignored when the process started (`nohup` ignores
+/// SIGHUP, a shell ignores SIGINT in a background job) stays ignored.
+///
+/// Ending "by the signal" means what a shell expects (exit status 128 + n,
+/// and a script stops on Ctrl-C): the default action is restored and the
+/// signal raised again.
+enum Interruption {
+    static let signals: [Int32] = [SIGINT, SIGTERM, SIGHUP]
+    /// How long a taking-part command has to unwind.
+    static let grace: TimeInterval = 2
+
+    /// The first signal received, or 0.
+    private static let received = Atomic<Int32>(0)
+    private static let shared = Mutex(Shared())
+
+    private struct Shared: @unchecked Sendable {
+        /// Settings of standard input to restore, while a prompt has
+        /// turned echo off.
+        var terminal: termios?
+        /// Files under temporary names, by token: the directory's
+        /// descriptor and the name in it.
+        var temporaries: [Int: (directory: Int32, name: String)] = [:]
+        var nextToken = 0
+        /// Commands taking part that are running (0 or 1 in practice).
+        var cooperating = 0
+    }
+
+    /// The thrown error of an interrupted command: nothing to print, the
+    /// process ends by `signal`.
+    struct Interrupted: Error {
+        var signal: Int32
+    }
+
+    /// Blocks the signals in this thread and every thread it starts from
+    /// now on, and starts the thread that takes them. Call it first, before
+    /// any other thread exists.
+    static func install() {
+        let taken = signals.filter { !isIgnored($0) }
+        guard !taken.isEmpty else { return }
+        var blocked = sigset_t()
+        sigemptyset(&blocked)
+        for signal in taken { sigaddset(&blocked, signal) }
+        _ = pthread_sigmask(SIG_BLOCK, &blocked, nil)
+        let waiter = Thread {
+            var set = sigset_t()
+            sigemptyset(&set)
+            for signal in taken { sigaddset(&set, signal) }
+            var pending: Int32 = 0
+            while true {
+                guard sigwait(&set, &pending) == 0 else { continue }
+                handle(pending)
+            }
+        }
+        waiter.stackSize = 1 << 16
+        waiter.start()
+    }
+
+    /// Whether `signal`'s action is to be ignored, as inherited.
+    private static func isIgnored(_ signal: Int32) -> Bool {
+        var action = sigaction()
+        guard sigaction(signal, nil, &action) == 0 else { return false }
+        return unsafeBitCast(action.__sigaction_handler.sa_handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self)
+    }
+
+    /// The signal received, if any.
+    static var signal: Int32? {
+        let s = received.load(ordering: .acquiring)
+        return s == 0 ? nil : s
+    }
+
+    /// Throws ``Interrupted`` once a signal has been received.
+    static func check() throws {
+        if let signal { throw Interrupted(signal: signal) }
+    }
+
+    /// Runs `body` as a command that stops at ``check()`` when
+    /// interrupted, and so gets ``grace`` to unwind.
+    static func cooperating<T>(_ body: () throws -> T) rethrows -> T {
+        shared.withLock { $0.cooperating += 1 }
+        defer { shared.withLock { $0.cooperating -= 1 } }
+        return try body()
+    }
+
+    /// Runs `body` with standard input's terminal settings `saved` to be
+    /// restored should a signal arrive meanwhile.
+    static func restoringTerminal<T>(_ saved: termios, _ body: () throws -> T) rethrows -> T {
+        shared.withLock { $0.terminal = saved }
+        defer { shared.withLock { $0.terminal = nil } }
+        return try body()
+    }
+
+    /// Notes the file `name` in the open directory `directory`, to be
+    /// removed if the process must end before the command removes or
+    /// renames it. Returns the token for ``unregisterTemporary(_:)``.
+    static func registerTemporary(_ name: String, in directory: Int32) -> Int {
+        shared.withLock {
+            $0.nextToken += 1
+            $0.temporaries[$0.nextToken] = (directory, name)
+            return $0.nextToken
+        }
+    }
+
+    static func unregisterTemporary(_ token: Int) {
+        shared.withLock { _ = $0.temporaries.removeValue(forKey: token) }
+    }
+
+    /// Ends the process by `signal`: its default action restored, and the
+    /// signal raised again in this thread with it unblocked.
+    static func end(by signal: Int32) -> Never {
+        Foundation.signal(signal, SIG_DFL)
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, signal)
+        _ = pthread_sigmask(SIG_UNBLOCK, &set, nil)
+        raise(signal)
+        // Not reached for these signals; an exit status all the same.
+        _exit(128 + signal)
+    }
+
+    private static func handle(_ signal: Int32) {
+        let first = received.compareExchange(expected: 0, desired: signal, ordering: .acquiringAndReleasing).exchanged
+        let cooperating = shared.withLock { state in
+            if var saved = state.terminal {
+                _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
+                state.terminal = nil
+                // The newline the user's Enter would have given.
+                _ = Foundation.write(STDERR_FILENO, "\n", 1)
+            }
+            return state.cooperating > 0
+        }
+        if first && cooperating {
+            // The command unwinds and ends the process itself; this
+            // thread steps in only if it does not in time.
+            Thread.detachNewThread {
+                Thread.sleep(forTimeInterval: grace)
+                endNow()
+            }
+            return
+        }
+        endNow()
+    }
+
+    /// Removes the registered temporaries and ends the process by the
+    /// first signal received.
+    private static func endNow() -> Never {
+        let signal = received.load(ordering: .acquiring)
+        // The lock is kept: no command registers or renames a temporary
+        // from here on.
+        shared.withLock { state -> Never in
+            for (directory, name) in state.temporaries.values { _ = unlinkat(directory, name, 0) }
+            end(by: signal)
+        }
+    }
+}

@@ -1,0 +1,204 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Ctrl-C (SIGINT) and SIGTERM in the middle of a command, as a user sends
+/// them: the command ends by the signal, as a shell expects, and leaves
+/// nothing under a temporary name: no partial plaintext beside DEST, no
+/// data file or staged directory in the store, no terminal without echo.
+@Suite("locker interrupted by a signal")
+struct InterruptionCLITests {
+    /// Starts `locker arguments` with every signal's default action, as
+    /// from an interactive shell: the test runner may have been started
+    /// with SIGINT ignored, which `locker` would keep.
+    func start(_ f: CLIFixture, _ arguments: [String], stdin: String? = nil, ignoring: String? = nil) throws -> BackgroundRun {
+        let launcher = ["/usr/bin/env", "--default-signal"] + (ignoring.map { ["--ignore-signal=" + $0] } ?? [])
+        return try BackgroundRun(f, arguments, stdin: stdin, launcher: launcher)
+    }
+
+    /// Polls up to `seconds` for `found` to hold.
+    func waitFor(seconds: Double, _ found: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if found() { return true }
+            usleep(1_000)
+        }
+        return found()
+    }
+
+    /// Names in `directory` that start with `prefix`.
+    func entries(_ directory: String, prefix: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasPrefix(prefix) }
+    }
+
+    /// Stops `run` (SIGSTOP), checks it is still running, sends `signal`
+    /// and lets it go on, so that the signal arrives in the middle of its
+    /// work and not after it. Returns the signal that ended it.
+    func interrupt(_ run: BackgroundRun, with signal: Int32) -> Int32? {
+        let pid = run.process.processIdentifier
+        kill(pid, SIGSTOP)
+        #expect(isAlive(pid), "it finished before the signal")
+        kill(pid, signal)
+        kill(pid, SIGCONT)
+        return run.waitForSignal(seconds: 10)
+    }
+
+    /// `verify` finds nothing left over in the store.
+    func expectCleanStore(_ f: CLIFixture, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let verify = try f.raw(["verify"])
+        #expect(verify.status == 0, "\(verify)", sourceLocation: sourceLocation)
+    }
+
+    @Test func aGetInterruptedLeavesNoPartialFile() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            // 512 MiB of zeros: quick to store, long enough to fetch that
+            // the signal lands in the middle.
+            let zeros = f.root + "/zeros"
+            #expect(FileManager.default.createFile(atPath: zeros, contents: nil))
+            #expect(truncate(zeros, 512 << 20) == 0)
+            try f.ok(["put", zeros, "/z", "--class", "C"])
+            let out = f.root + "/out"
+            try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: false)
+            let get = try start(f, ["get", "/z", out + "/z"])
+            defer { get.stop() }
+            #expect(waitFor(seconds: 30) { !entries(out, prefix: ".locker-").isEmpty }, "no temporary file appeared")
+            #expect(interrupt(get, with: SIGINT) == SIGINT)
+            #expect(entries(out, prefix: "").isEmpty, "left in DEST's directory: \(entries(out, prefix: ""))")
+        }
+    }
+
+    @Test func aPutFromAPipeInterruptedStoresNothing() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let fifo = f.root + "/in"
+            #expect(mkfifo(fifo, 0o600) == 0)
+            // Held open for writing by the test: the put waits for more.
+            let writer = open(fifo, O_RDWR)
+            #expect(writer >= 0)
+            defer { close(writer) }
+            let put = try start(f, ["put", "-", "/p", "--class", "C"], stdin: fifo)
+            defer { put.stop() }
+            // More than one chunk, so that the put has a data file.
+            let bytes = pseudoRandomBytes(3 << 20, seed: 7)
+            let fed = DispatchSemaphore(value: 0)
+            Thread {
+                bytes.withUnsafeBytes { raw in
+                    var done = 0
+                    while done < raw.count {
+                        let n = write(writer, raw.baseAddress! + done, raw.count - done)
+                        if n <= 0 { break }
+                        done += n
+                    }
+                }
+                fed.signal()
+            }.start()
+            #expect(fed.wait(timeout: .now() + 30) == .success, "the put did not read its input")
+            #expect(waitFor(seconds: 10) { !f.dataFiles().isEmpty }, "no data file appeared")
+            // Blocked reading the pipe: the signal must end it all the same.
+            kill(put.process.processIdentifier, SIGTERM)
+            #expect(put.waitForSignal(seconds: 10) == SIGTERM)
+            #expect(f.dataFiles().isEmpty, "left in the store: \(f.dataFiles())")
+            #expect(try f.raw(["stat", "/p"]).status == 66)
+            try expectCleanStore(f)
+        }
+    }
+
+    @Test func treeTransfersInterruptedLeaveNothing() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let tree = f.root + "/tree"
+            for d in 0..<40 {
+                let dir = tree + "/d\(d)"
+                try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+                for i in 0..<200 {
+                    #expect(FileManager.default.createFile(atPath: dir + "/f\(i)", contents: sampleBytes("\(d)/\(i)", size: 1500 + i * 20)))
+                }
+            }
+            let put = try start(f, ["put", "-r", tree, "/t"])
+            defer { put.stop() }
+            #expect(waitFor(seconds: 30) { !entries(f.store + "/ns", prefix: ".tmp-dir-").isEmpty }, "no staged directory appeared")
+            #expect(interrupt(put, with: SIGINT) == SIGINT)
+            #expect(entries(f.store + "/ns", prefix: ".tmp-dir-").isEmpty)
+            #expect(try f.raw(["stat", "/t"]).status == 66)
+            try expectCleanStore(f)
+
+            try f.ok(["put", "-r", tree, "/t"], timeout: 120)
+            // Into a new directory: built out of sight, and gone.
+            let get = try start(f, ["get", "-r", "/t", f.root + "/new"])
+            defer { get.stop() }
+            #expect(waitFor(seconds: 30) { !entries(f.root, prefix: ".locker-").isEmpty }, "no temporary directory appeared")
+            #expect(interrupt(get, with: SIGINT) == SIGINT)
+            #expect(entries(f.root, prefix: ".locker-").isEmpty, "\(entries(f.root, prefix: ".locker-"))")
+            #expect(!FileManager.default.fileExists(atPath: f.root + "/new"))
+        }
+    }
+
+    /// A signal ignored when `locker` starts (`nohup` ignores SIGHUP) stays
+    /// ignored: the fetch goes on to the end.
+    @Test func aSignalIgnoredAtTheStartStaysIgnored() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let bytes = pseudoRandomBytes(40 << 20, seed: 11)
+            try f.put("/r", bytes, ["--class", "C"])
+            let fifo = f.root + "/out"
+            #expect(mkfifo(fifo, 0o600) == 0)
+            let reader = open(fifo, O_RDWR)
+            #expect(reader >= 0)
+            defer { close(reader) }
+            let get = try start(f, ["get", "/r", fifo], ignoring: "HUP")
+            defer { get.stop() }
+            // Blocked writing into the FIFO that nobody reads yet.
+            usleep(300_000)
+            kill(get.process.processIdentifier, SIGHUP)
+            var received = Data()
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            // The test holds the FIFO's write end too: poll, so that a
+            // fetch that died does not leave this read waiting for ever.
+            let deadline = Date().addingTimeInterval(60)
+            var entry = pollfd(fd: reader, events: Int16(POLLIN), revents: 0)
+            while received.count < bytes.count, Date() < deadline {
+                guard poll(&entry, 1, 100) > 0 else { continue }
+                let n = read(reader, &buffer, buffer.count)
+                if n <= 0 { break }
+                received.append(contentsOf: buffer[..<n])
+            }
+            #expect(get.waitForSignal(seconds: 30) == 0)
+            #expect(get.process.terminationStatus == 0)
+            #expect(received == bytes)
+        }
+    }
+
+    /// Ctrl-C at `unlock`'s passcode prompt, on a pseudo-terminal: echo is
+    /// back on afterwards.
+    @Test func ctrlCAtThePasscodePromptRestoresEcho() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.ok(["lock", "--now"])
+            let script = f.root + "/prompt.py"
+            try """
+                import os, pty, select, sys, termios, time
+                pid, master = pty.fork()
+                if pid == 0:
+                    os.execv(sys.argv[1], [sys.argv[1], "unlock"])
+                seen = b""
+                deadline = time.time() + 20
+                while b"asscode" not in seen and time.time() < deadline:
+                    if select.select([master], [], [], 0.5)[0]:
+                        seen += os.read(master, 1024)
+                time.sleep(0.3)
+                during = termios.tcgetattr(master)[3] & termios.ECHO != 0
+                os.write(master, b"\\x03")
+                _, status = os.waitpid(pid, 0)
+                after = termios.tcgetattr(master)[3] & termios.ECHO != 0
+                signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+                print(f"prompt={b'asscode' in seen} during={during} after={after} signal={signal}")
+                """.write(toFile: script, atomically: true, encoding: .utf8)
+            let r = try f.runProgram("/usr/bin/env", ["--default-signal", "/usr/bin/python3", script, CLIFixture.lockerPath], timeout: 60)
+            #expect(r.stdout.contains("prompt=True during=False after=True signal=\(SIGINT)"), "\(r)")
+        }
+    }
+}
