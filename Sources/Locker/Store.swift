@@ -197,18 +197,28 @@ public final class Store: @unchecked Sendable {
 
     /// Every directory from the root to `path`, for inheritance.
     func directoryChain(to path: StorePath) throws -> [Directory] {
+        let (chain, complete) = try existingChain(to: path)
+        guard complete else {
+            throw StoreError.notFound(StorePath(components: Array(path.components[..<chain.count])).description)
+        }
+        return chain
+    }
+
+    /// The directories from the root towards `path` that exist, and
+    /// whether that is all of them (the first one missing ends the chain).
+    func existingChain(to path: StorePath) throws -> (chain: [Directory], complete: Bool) {
         var chain = [try rootDirectory()]
         for (i, name) in path.components.enumerated() {
             let sub = StorePath(components: Array(path.components[...i]))
             let fsPath = try entryPath(name, in: chain.last!)
             switch try kind(of: fsPath) {
-            case .missing: throw StoreError.notFound(sub.description)
+            case .missing: return (chain, false)
             case .object: throw StoreError.notADirectory(sub.description)
             case .directory:
                 chain.append(Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub), storePath: sub))
             }
         }
-        return chain
+        return (chain, true)
     }
 
     /// ``directoryChain(to:)``, creating the directories that are missing.
@@ -594,15 +604,28 @@ public final class Store: @unchecked Sendable {
                     from source: (UnsafeMutableRawBufferPointer) throws -> Int,
                     progress: ((UInt64) -> Void)? = nil) throws -> ObjectInfo {
         guard !path.isRoot else { throw StoreError.isADirectory("/") }
-        let chain = try chainCreatingMissing(to: path.parent)
+        // The key is wrapped before a missing parent is made: a put refused
+        // because its class is locked leaves the namespace as it was.
+        // Missing parents get no default class, so the directories that
+        // exist decide the class.
+        let (found, complete) = try existingChain(to: path.parent)
+        var (cls, source0): (ProtectionClass, ProtectionSource) = try protection.map { ($0, .explicit) }
+            ?? inheritedClass(for: path, chain: found)
+        let fileKey = try SecretBytes(randomCount: 32)
+        var wrapped = try keys.wrap(fileKey: fileKey, for: cls)
+        var chain = found
+        if !complete {
+            chain = try chainCreatingMissing(to: path.parent)
+            // Another command may have made them meanwhile, with a default.
+            if protection == nil {
+                let made = try inheritedClass(for: path, chain: chain)
+                if made.0 != cls { wrapped = try keys.wrap(fileKey: fileKey, for: made.0) }
+                (cls, source0) = made
+            }
+        }
         let parent = chain.last!
         let fsPath = try entryPath(path.name, in: parent)
         if try kind(of: fsPath) == .directory { throw StoreError.isADirectory(path.description) }
-        let (cls, source0): (ProtectionClass, ProtectionSource) = try protection.map { ($0, .explicit) }
-            ?? inheritedClass(for: path, chain: chain)
-
-        let fileKey = try SecretBytes(randomCount: 32)
-        let wrapped = try keys.wrap(fileKey: fileKey, for: cls)
         let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
         let dataPath = dataPath(objectID)
         var file: DataFile?

@@ -1427,13 +1427,28 @@ struct MakeDirectory: ParsableCommand {
     @Option(help: ArgumentHelp("The default class new objects below inherit.", valueName: "CLASS"))
     var `class`: ClassArgument?
 
-    @Flag(name: .short, help: "Create missing parents; an existing directory is not an error.")
+    @Flag(name: .short, help: "Create missing parents; an existing directory is not an error, unless its default class differs from --class.")
     var p = false
 
     func run() throws {
         let store = try global.openStore()
-        let info = try store.makeDirectory(try storePath(path), defaultClass: self.class?.value, parents: p)
-        print("Created \(info.path)\(info.defaultClass.map { " (default class \($0.canonicalName))" } ?? "").")
+        let target = try storePath(path)
+        func described(_ info: DirectoryInfo) -> String {
+            "\(info.path)\(info.defaultClass.map { " (default class \($0.canonicalName))" } ?? "")"
+        }
+        // `mkdir -p` makes sure a directory exists; it never changes the
+        // protection of one that does (that is `setclass`'s, said out loud).
+        if p, case .directory(let existing)? = try? store.stat(target).kind {
+            if let wanted = self.class?.value, existing.defaultClass != wanted {
+                let has = existing.defaultClass.map { "default class \($0.canonicalName)" } ?? "no default class of its own"
+                throw CommandFailure(.alreadyExists, "\(target) already exists, with \(has)",
+                                     hint: "'locker setclass \(target) \(wanted.canonicalName)' changes a directory's default class")
+            }
+            print("\(described(existing)) already exists.")
+            return
+        }
+        let info = try store.makeDirectory(target, defaultClass: self.class?.value, parents: p)
+        print("Created \(described(info)).")
     }
 }
 

@@ -158,6 +158,54 @@ struct StoreCLITests {
         }
     }
 
+    /// `mkdir -p` makes sure a directory exists; it never changes the
+    /// default class of one that does (that could lower the protection of
+    /// everything stored there later, under a "Created" line).
+    @Test func mkdirPNeverChangesAnExistingDefault() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.ok(["mkdir", "/d", "--class", "A"])
+            let lower = try f.run(["mkdir", "-p", "/d", "--class", "D"])
+            #expect(lower.status == 73, "\(lower)")
+            #expect(lower.stderr.contains("/d already exists, with default class complete"), "\(lower)")
+            #expect(lower.stderr.contains("locker: hint: 'locker setclass /d none'"), "\(lower)")
+            #expect(try f.stat("/d").defaultClass == "complete")
+
+            let same = try f.ok(["mkdir", "-p", "/d", "--class", "complete"])
+            #expect(same.stdout == "/d (default class complete) already exists.\n", "\(same)")
+            let plain = try f.ok(["mkdir", "-p", "/d"])
+            #expect(plain.stdout.contains("already exists"), "\(plain)")
+            #expect(try f.stat("/d").defaultClass == "complete")
+
+            // A directory without a default of its own is not given one.
+            try f.ok(["mkdir", "/e"])
+            #expect(try f.run(["mkdir", "-p", "/e", "--class", "B"]).status == 73)
+            #expect(try f.stat("/e").defaultClass == nil)
+
+            let made = try f.ok(["mkdir", "-p", "/n/m", "--class", "B"])
+            #expect(made.stdout == "Created /n/m (default class completeUnlessOpen).\n", "\(made)")
+        }
+    }
+
+    /// A `put` refused because its class is locked changes nothing: not
+    /// even the missing parent directories appear.
+    @Test func aRefusedPutMakesNoDirectories() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.ok(["mkdir", "/locked", "--class", "A"])
+            try f.ok(["lock", "--now"])
+            let local = try f.localFile(Data("secret".utf8))
+            expectProtectedDataUnavailable(try f.raw(["put", local, "/a/b/c", "--class", "A"]))
+            #expect(try f.raw(["stat", "/a"]).status == 66)
+            // Inherited from a locked directory, through missing ones.
+            expectProtectedDataUnavailable(try f.raw(["put", local, "/locked/x/y/z"]))
+            #expect(try f.raw(["stat", "/locked/x"]).status == 66)
+            // An available class still makes them.
+            try f.ok(["put", local, "/a/b/c", "--class", "C"])
+            #expect(try f.stat("/a/b/c").protection == "completeUntilFirstUserAuthentication")
+        }
+    }
+
     /// A class B object opened before a lock stays readable until closed.
     @Test func openCompleteUnlessOpenObjectSurvivesLockUntilClosed() throws {
         try withStoreFixture { f in
