@@ -443,8 +443,22 @@ public final class Store: @unchecked Sendable {
     /// Sets (or clears) a directory's default class. Existing objects keep
     /// theirs unless `recursive`, which rewraps every object below to the
     /// new class.
+    ///
+    /// With `recursive`, every key below is rewrapped before anything is
+    /// written: if an object's class is locked now (or its key was reset),
+    /// this throws that `DeviceError` and nothing has changed. A lock
+    /// that comes in the middle of the writes can still leave part done.
     public func setDefaultClass(_ cls: ProtectionClass?, ofDirectory path: StorePath, recursive: Bool = false) throws {
         let directory = try self.directory(at: path)
+        // Each object's key as it is, and rewrapped to `cls`.
+        var rewrapped: [(path: StorePath, from: WrappedFileKey, to: WrappedFileKey)] = []
+        if recursive, let cls {
+            try walk(path) { itemPath, isDirectory in
+                guard !isDirectory else { return }
+                let key = try object(at: itemPath).header.wrappedKey
+                rewrapped.append((itemPath, key, try keys.rewrap(key, to: cls)))
+            }
+        }
         do {
             let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
@@ -452,9 +466,9 @@ public final class Store: @unchecked Sendable {
             record.defaultClass = cls
             try fs.writeFileAtomically(directory.fsPath + "/.dir", record.sealed(with: metadata))
         }
-        if recursive, let cls {
-            try walk(path) { itemPath, isDirectory in
-                if !isDirectory { try setClass(itemPath, to: cls, source: .inherited(path.description)) }
+        if let cls {
+            for (itemPath, from, to) in rewrapped {
+                try setClass(itemPath, to: cls, source: .inherited(path.description), rewrapped: (from, to))
             }
         }
     }
@@ -467,11 +481,18 @@ public final class Store: @unchecked Sendable {
         try setClass(path, to: cls, source: .explicit)
     }
 
-    func setClass(_ path: StorePath, to cls: ProtectionClass, source: ProtectionSource) throws {
+    /// `rewrapped`: a key rewrapped earlier, used if the object still
+    /// has the key it was made from.
+    func setClass(_ path: StorePath, to cls: ProtectionClass, source: ProtectionSource,
+                  rewrapped: (from: WrappedFileKey, to: WrappedFileKey)? = nil) throws {
         let lock = try lockStore()
         defer { withExtendedLifetime(lock) {} }
         var (_, fsPath, header) = try object(at: path)
-        header.wrappedKey = try keys.rewrap(header.wrappedKey, to: cls)
+        if let rewrapped, rewrapped.from == header.wrappedKey {
+            header.wrappedKey = rewrapped.to
+        } else {
+            header.wrappedKey = try keys.rewrap(header.wrappedKey, to: cls)
+        }
         header.protectionSource = source
         try fs.writeFileAtomically(fsPath, header.sealed(with: metadata))
     }

@@ -1484,7 +1484,17 @@ struct SetClass: ParsableCommand {
             try store.setClass(target, to: cls)
             print("\(target) is now \(cls.canonicalName).")
         case .directory:
-            try store.setDefaultClass(cls, ofDirectory: target, recursive: recursive)
+            do {
+                try store.setDefaultClass(cls, ofDirectory: target, recursive: recursive)
+            } catch DeviceError.protectedDataUnavailable(let locked) where recursive {
+                throw CommandFailure(.protectedDataUnavailable,
+                                     "protected data unavailable: objects below \(target) are in class \(locked.canonicalName), which is locked; nothing was changed",
+                                     hint: "run 'locker unlock', then try again")
+            } catch DeviceError.keyReset(let reset) where recursive {
+                throw CommandFailure(.keyReset,
+                                     "an object below \(target) has a \(reset.canonicalName) key that was reset and cannot be rewrapped; nothing was changed",
+                                     hint: "remove such objects with 'locker purge --key-reset', then try again")
+            }
             if let cls {
                 print("\(target): new objects get \(cls.canonicalName)\(recursive ? "; existing objects below were rewrapped" : "").")
             } else {

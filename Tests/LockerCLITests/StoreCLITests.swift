@@ -187,6 +187,34 @@ struct StoreCLITests {
         }
     }
 
+    /// `setclass DIR X --recursive` with an object below in a locked class
+    /// changes nothing: not the directory's default, not the objects it
+    /// could have rewrapped.
+    @Test func recursiveSetclassWithALockedClassChangesNothing() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.ok(["mkdir", "/t"])
+            // Listed before the locked one, so a rewrap in walk order would
+            // have changed it first.
+            try f.put("/t/a", Data("c".utf8), ["--class", "C"])
+            try f.put("/t/b", Data("a".utf8), ["--class", "A"])
+            try f.ok(["lock", "--now"])
+            let r = try f.run(["setclass", "/t", "D", "--recursive"])
+            #expect(r.status == 75, "\(r)")
+            #expect(r.stderr.contains("objects below /t are in class complete, which is locked; nothing was changed"), "\(r)")
+            #expect(try f.stat("/t").defaultClass == nil)
+            #expect(try f.stat("/t/a").protection == "completeUntilFirstUserAuthentication")
+            #expect(try f.stat("/t/a").protectionSource == "explicit")
+            try f.ok(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            #expect(try f.stat("/t/b").protection == "complete")
+
+            try f.ok(["setclass", "/t", "D", "--recursive"])
+            #expect(try f.stat("/t").defaultClass == "none")
+            for name in ["a", "b"] { #expect(try f.stat("/t/" + name).protection == "none") }
+            #expect(try f.raw(["get", "/t/b"]).stdout == Data("a".utf8))
+        }
+    }
+
     /// A `put` refused because its class is locked changes nothing: not
     /// even the missing parent directories appear.
     @Test func aRefusedPutMakesNoDirectories() throws {
