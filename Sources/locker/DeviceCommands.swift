@@ -54,6 +54,16 @@ struct Init: ParsableCommand {
 
     func run() throws {
         let client = try global.client()
+        // A store left by another device (or by this one before a wipe)
+        // could never be read by the new device: every later command would
+        // fail on it. Refused before anything is made. (Over a live device,
+        // initialize refuses on its own.)
+        let live = (try? client.status()).map { $0.state != .wiped } ?? false
+        if !live, Self.holdsObjects(store: global.storePath) {
+            throw CommandFailure(.alreadyExists,
+                                 "the store \(global.storePath) holds objects of another device, or of one wiped since; a new device could never read them",
+                                 hint: "delete it ('rm -r \(global.storePath)') if its device was wiped, or give a new --store")
+        }
         let passcode = noPasscode ? nil : try PasscodeInput(fromStandardInput: passcodeStdin)
             .read(prompt: "New passcode: ", confirm: true)
         try client.initialize(passcode: passcode, options: Device.Options(
@@ -293,6 +303,15 @@ struct Reset: ParsableCommand {
     }
 }
 
+extension Init {
+    /// Whether the store directory at `path` has a namespace or data files.
+    static func holdsObjects(store path: String) -> Bool {
+        let files = FileManager.default
+        let data = (try? files.contentsOfDirectory(atPath: path + "/data")) ?? []
+        return files.fileExists(atPath: path + "/ns/.dir") || !data.isEmpty
+    }
+}
+
 struct Wipe: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Crypto-erase the device: destroy the effaceable key and the keybag. Nothing can be decrypted afterwards.")
@@ -312,6 +331,9 @@ struct Wipe: ParsableCommand {
         let client = try global.client()
         try client.wipe()
         print("Wiped. Nothing stored under this device can be decrypted again.")
+        if Init.holdsObjects(store: global.storePath) {
+            print("The store \(global.storePath) can only be deleted now ('rm -r \(global.storePath)'); 'locker init' makes a new device and refuses to reuse it.")
+        }
     }
 }
 

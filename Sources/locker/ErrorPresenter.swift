@@ -140,7 +140,7 @@ enum ErrorPresenter {
         case .integrity(let path, let what):
             return (.integrity, "integrity failure: \(path): \(what) failed authentication", "restore the object from a copy, or remove it with 'locker rm'")
         case .foreignStore:
-            return (.integrity, "the store was not made with this device (or the device was wiped since)", "use the --device it was made with, or a new --store")
+            return (.integrity, "the store was not made with this device (or the device was wiped since)", "use the --device it was made with, or a new --store; a store whose device was wiped can only be deleted")
         }
     }
 

@@ -215,6 +215,29 @@ struct StoreCLITests {
         }
     }
 
+    /// After a wipe, the old store can never be read. `init` refuses to
+    /// make a new device over it (every later command would fail on it)
+    /// and says what to do; with the store deleted, it starts again.
+    @Test func initAfterWipeRefusesTheOldStore() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/x", Data("before".utf8), ["--class", "D"])
+            let wipe = try f.ok(["wipe", "--yes"])
+            #expect(wipe.stdout.contains("The store \(f.store) can only be deleted now"), "\(wipe)")
+            let again = try f.run(["init", "--passcode-stdin"], stdin: "1234\n")
+            #expect(again.status == 73, "\(again)")
+            #expect(again.stderr.contains("holds objects of another device, or of one wiped since"), "\(again)")
+            #expect(again.stderr.contains("locker: hint: delete it ('rm -r \(f.store)')"), "\(again)")
+            #expect(try f.status().state == "wiped", "the refused init made a device")
+
+            try FileManager.default.removeItem(atPath: f.store)
+            try f.initialize()
+            try f.put("/y", Data("after".utf8), ["--class", "C"])
+            #expect(try f.raw(["get", "/y"]).stdout == Data("after".utf8))
+            #expect(try f.raw(["stat", "/x"]).status == 66)
+        }
+    }
+
     /// A `put` refused because its class is locked changes nothing: not
     /// even the missing parent directories appear.
     @Test func aRefusedPutMakesNoDirectories() throws {
