@@ -21,6 +21,18 @@ func storePath(_ text: String) throws -> StorePath {
     }
 }
 
+/// `text` as a path to something that exists in `store`. A trailing "/"
+/// means a directory, as it does to rm(1): naming an object that way is an
+/// error, not the object (`rm /docs/report/` must not remove the object
+/// `report`).
+func storePath(_ text: String, in store: Store) throws -> StorePath {
+    let path = try storePath(text)
+    if text.count > 1, text.hasSuffix("/"), case .object? = try? store.stat(path).kind {
+        throw StoreError.notADirectory(path.description)
+    }
+    return path
+}
+
 /// Reads a local file descriptor into the store's buffers.
 func readSource(_ fd: Int32, mayBlock: Bool = false) -> (UnsafeMutableRawBufferPointer) throws -> Int {
     { buffer in
@@ -671,7 +683,7 @@ struct Get: ParsableCommand {
 
     private func transfer() throws {
         let store = try global.openStore()
-        let source = try storePath(path)
+        let source = try storePath(path, in: store)
         if r {
             guard let destination, destination != "-", !destination.isEmpty else {
                 throw CommandFailure(.usage, "-r needs a local directory as DEST")
@@ -1262,7 +1274,7 @@ struct List: ParsableCommand {
 
     func run() throws {
         let store = try global.openStore()
-        let target = try storePath(path)
+        let target = try storePath(path, in: store)
         let items: [ItemInfo]
         if case .object = try store.stat(target).kind {
             items = [try store.stat(target)]
@@ -1310,7 +1322,7 @@ struct Stat: ParsableCommand {
 
     func run() throws {
         let store = try global.openStore()
-        let item = try store.stat(try storePath(path))
+        let item = try store.stat(try storePath(path, in: store))
         if output.json {
             try printJSON(ItemReport(item))
             return
@@ -1471,7 +1483,7 @@ struct SetClass: ParsableCommand {
 
     func run() throws {
         let store = try global.openStore()
-        let target = try storePath(path)
+        let target = try storePath(path, in: store)
         let item = try store.stat(target)
         let cls = ProtectionClass(name: self.class)
         if cls == nil && self.class != "inherit" {
@@ -1519,7 +1531,7 @@ struct Remove: ParsableCommand {
 
     func run() throws {
         let store = try global.openStore()
-        try store.remove(try storePath(path), recursive: r)
+        try store.remove(try storePath(path, in: store), recursive: r)
     }
 }
 
@@ -1537,7 +1549,7 @@ struct Move: ParsableCommand {
 
     func run() throws {
         let store = try global.openStore()
-        try store.move(try storePath(source), to: try storePath(destination))
+        try store.move(try storePath(source, in: store), to: try storePath(destination))
     }
 }
 
@@ -1552,7 +1564,7 @@ struct Open: ParsableCommand {
 
     func run() throws {
         let store = try global.openStore()
-        let info = try store.open(try storePath(path))
+        let info = try store.open(try storePath(path, in: store))
         print("Opened \(info.path) (\(info.protectionClass.canonicalName)).")
     }
 }
@@ -1567,7 +1579,7 @@ struct Close: ParsableCommand {
 
     func run() throws {
         let store = try global.openStore()
-        try store.close(try storePath(path))
+        try store.close(try storePath(path, in: store))
     }
 }
 

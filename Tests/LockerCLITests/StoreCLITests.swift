@@ -238,6 +238,27 @@ struct StoreCLITests {
         }
     }
 
+    /// A trailing "/" means a directory, as it does to rm(1): an object
+    /// named that way is an error, and `rm /k/D/` leaves the object alone.
+    @Test func aTrailingSlashNeverNamesAnObject() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/k/D", Data("keep me".utf8), ["--class", "D"])
+            for command in [["rm", "/k/D/"], ["get", "/k/D/"], ["stat", "/k/D/"], ["ls", "/k/D/"],
+                            ["setclass", "/k/D/", "C"], ["mv", "/k/D/", "/moved"]] {
+                let r = try f.raw(command)
+                #expect(r.status == 1, "\(r)")
+                #expect(r.stderr.contains("/k/D is an object, not a directory"), "\(r)")
+            }
+            #expect(try f.raw(["get", "/k/D"]).stdout == Data("keep me".utf8))
+            #expect(try f.stat("/k/D").protection == "none")
+            // A directory may be written either way.
+            #expect(try f.ok(["ls", "/k/"]).stdout.contains("D"))
+            try f.ok(["rm", "-r", "/k/"])
+            #expect(try f.raw(["stat", "/k"]).status == 66)
+        }
+    }
+
     /// A `put` refused because its class is locked changes nothing: not
     /// even the missing parent directories appear.
     @Test func aRefusedPutMakesNoDirectories() throws {
