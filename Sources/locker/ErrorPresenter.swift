@@ -51,6 +51,32 @@ struct CommandFailure: Error {
     }
 }
 
+/// `text` with every control character (C0, DEL, C1) written as an
+/// escape (`\n`, `\t`, `\x1b`, `\u{9b}`): a name may hold any of them,
+/// and printed raw one would split a line of output or reach the terminal
+/// as a command. The names themselves are stored as given; `--json`
+/// escapes them its own way.
+func shown(_ text: String) -> String {
+    guard text.unicodeScalars.contains(where: isControl) else { return text }
+    var out = ""
+    for scalar in text.unicodeScalars {
+        switch scalar {
+        case "\n": out += "\\n"
+        case "\t": out += "\\t"
+        case "\r": out += "\\r"
+        case _ where scalar.value < 0x80 && isControl(scalar):
+            out += "\\x" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16)
+        case _ where isControl(scalar): out += "\\u{" + String(scalar.value, radix: 16) + "}"
+        default: out.unicodeScalars.append(scalar)
+        }
+    }
+    return out
+}
+
+private func isControl(_ scalar: Unicode.Scalar) -> Bool {
+    scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+}
+
 /// Turns every error into `locker: error:` and `locker: hint:` lines and
 /// an exit code. The only place that does.
 enum ErrorPresenter {
@@ -61,8 +87,8 @@ enum ErrorPresenter {
             print(message)
             return 0
         }
-        var lines = "locker: error: \(message)\n"
-        if let hint { lines += "locker: hint: \(hint)\n" }
+        var lines = "locker: error: \(shown(message))\n"
+        if let hint { lines += "locker: hint: \(shown(hint))\n" }
         FileHandle.standardError.write(Data(lines.utf8))
         return status.rawValue
     }

@@ -485,7 +485,7 @@ func describeFileType(_ mode: mode_t) -> String {
 /// One `locker: warning: …` line on stderr: something the command did
 /// not do, which did not stop it.
 func warn(_ message: String) {
-    FileHandle.standardError.write(Data("locker: warning: \(message)\n".utf8))
+    FileHandle.standardError.write(Data("locker: warning: \(shown(message))\n".utf8))
 }
 
 /// The entries of `local`, "." and ".." left out, each with what it is
@@ -1290,19 +1290,19 @@ struct List: ParsableCommand {
             case .directory(let dir):
                 if l {
                     let own = dir.defaultClass.map { "default " + $0.letter } ?? "-"
-                    print("d \(own.padding(toLength: 9, withPad: " ", startingAt: 0)) \(String(repeating: " ", count: 12)) \(time(dir.created))  \(item.path.name)/")
+                    print("d \(own.padding(toLength: 9, withPad: " ", startingAt: 0)) \(String(repeating: " ", count: 12)) \(time(dir.created))  \(shown(item.path.name))/")
                 } else {
-                    print(item.path.name + "/")
+                    print(shown(item.path.name) + "/")
                 }
             case .object(let obj):
                 if l {
                     let size = String(obj.size)
-                    print("\(obj.protectionClass.letter) \(obj.accessible ? "readable " : "locked   ") \(String(repeating: " ", count: max(0, 12 - size.count)))\(size) \(time(obj.modified))  \(item.path.name)")
+                    print("\(obj.protectionClass.letter) \(obj.accessible ? "readable " : "locked   ") \(String(repeating: " ", count: max(0, 12 - size.count)))\(size) \(time(obj.modified))  \(shown(item.path.name))")
                 } else {
-                    print(item.path.name)
+                    print(shown(item.path.name))
                 }
             case .damaged(let why):
-                print("\(item.path.name)  (damaged: \(why))")
+                print("\(shown(item.path.name))  (damaged: \(shown(why)))")
             }
         }
     }
@@ -1329,7 +1329,7 @@ struct Stat: ParsableCommand {
         }
         switch item.kind {
         case .object(let o):
-            print("Path:              \(o.path)")
+            print("Path:              \(shown(o.path.description))")
             print("Type:              object")
             print("Protection:        \(o.protectionClass.canonicalName) (\(o.protectionClass.letter))")
             print("Protection source: \(o.protectionSource.description)")
@@ -1341,7 +1341,7 @@ struct Stat: ParsableCommand {
             print("Created:           \(time(o.created))")
             print("Modified:          \(time(o.modified))")
         case .directory(let d):
-            print("Path:              \(d.path)")
+            print("Path:              \(shown(d.path.description))")
             print("Type:              directory")
             print("Default class:     \(d.defaultClass?.canonicalName ?? "(none set)")")
             print("New objects get:   \(d.effectiveDefault.canonicalName) (\(d.defaultSource.description))")
@@ -1677,7 +1677,7 @@ struct Export: ParsableCommand {
         }
         let skipped = entries.filter { !$0.exported }
         print("Exported \(entries.count - skipped.count) of \(entries.count) objects to \(destination).")
-        for entry in skipped { print("  skipped \(entry.path): \(entry.skipped ?? "")") }
+        for entry in skipped { print("  skipped \(shown(entry.path)): \(entry.skipped ?? "")") }
         if !skipped.isEmpty && !skipUnavailable {
             throw CommandFailure(.protectedDataUnavailable, "\(skipped.count) object\(skipped.count == 1 ? " was" : "s were") not exported",
                                  hint: "unlock and export again, or pass --skip-unavailable")
@@ -1707,6 +1707,6 @@ struct Purge: ParsableCommand {
         }
         for path in doomed { try store.remove(path) }
         print("Purged \(doomed.count) object\(doomed.count == 1 ? "" : "s") of an older key generation.")
-        for path in doomed { print("  \(path)") }
+        for path in doomed { print("  \(shown(path.description))") }
     }
 }

@@ -45,8 +45,8 @@ struct Verify: ParsableCommand {
                 garbage: report.garbage, removed: report.removed))
         } else {
             print("Checked \(report.directoriesChecked) director\(report.directoriesChecked == 1 ? "y" : "ies") and \(report.objectsChecked) object header\(report.objectsChecked == 1 ? "" : "s")\(readData ? "; read \(report.objectsReadInFull) object\(report.objectsReadInFull == 1 ? "" : "s") in full" : "").")
-            for problem in report.notChecked { print("not checked: \(problem.location): \(problem.reason)") }
-            for problem in report.damaged { print("damaged: \(problem.location): \(problem.reason)") }
+            for problem in report.notChecked { print("not checked: \(shown(problem.location)): \(problem.reason)") }
+            for problem in report.damaged { print("damaged: \(shown(problem.location)): \(problem.reason)") }
             for item in report.garbage where !report.removed.contains(item) { print("garbage: \(item)") }
             for item in report.removed { print("removed: \(item)") }
             if report.isClean && report.damaged.isEmpty { print(report.garbage.isEmpty ? "The store is clean." : "The store is clean after repair.") }

@@ -259,6 +259,31 @@ struct StoreCLITests {
         }
     }
 
+    /// Names may hold control characters; output shows them escaped, so
+    /// that one name is one line and no name reaches the terminal as a
+    /// command. `--json` keeps the name exact.
+    @Test func controlCharactersInNamesAreShownEscaped() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let name = "two\nlines\u{1b}[31mred\u{9b}"
+            try f.put("/" + name, Data("x".utf8), ["--class", "D"])
+            for arguments in [["ls", "/"], ["ls", "-l", "/"]] {
+                let listed = try f.ok(arguments)
+                #expect(listed.stdout.split(separator: "\n").count == 1, "\(listed)")
+                #expect(listed.stdout.contains("two\\nlines\\x1b[31mred\\u{9b}"), "\(listed)")
+                #expect(!listed.stdout.contains("\u{1b}"), "\(listed)")
+            }
+            let stat = try f.ok(["stat", "/" + name])
+            #expect(stat.stdout.contains("Path:              /two\\nlines\\x1b[31mred\\u{9b}\n"), "\(stat)")
+            #expect(try f.stat("/" + name).path == "/" + name)
+            let missing = try f.run(["get", "/gone\u{1b}]0;title\u{07}"])
+            #expect(missing.status == 66, "\(missing)")
+            #expect(missing.stderr.contains("/gone\\x1b]0;title\\x07: no such object"), "\(missing)")
+            #expect(!missing.stderr.contains("\u{1b}"), "\(missing)")
+            #expect(try f.raw(["get", "/" + name]).stdout == Data("x".utf8))
+        }
+    }
+
     /// A `put` refused because its class is locked changes nothing: not
     /// even the missing parent directories appear.
     @Test func aRefusedPutMakesNoDirectories() throws {
