@@ -56,9 +56,14 @@ struct Init: ParsableCommand {
         let client = try global.client()
         // A store left by another device (or by this one before a wipe)
         // could never be read by the new device: every later command would
-        // fail on it. Refused before anything is made. (Over a live device,
-        // initialize refuses on its own.)
-        let live = (try? client.status()).map { $0.state != .wiped } ?? false
+        // fail on it. Refused before the device is made. (Over a live
+        // device, initialize refuses on its own.)
+        let live: Bool
+        do {
+            live = try client.status().state != .wiped
+        } catch DeviceError.notInitialized {
+            live = false
+        }
         if !live, Self.holdsObjects(store: global.storePath) {
             throw CommandFailure(.alreadyExists,
                                  "the store \(global.storePath) holds objects of another device, or of one wiped since; a new device could never read them",

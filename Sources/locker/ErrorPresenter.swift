@@ -51,7 +51,7 @@ struct CommandFailure: Error {
     }
 }
 
-/// `text` with every control character (C0, DEL, C1) written as an
+/// `text` with every control character (see `isControl`) written as an
 /// escape (`\n`, `\t`, `\x1b`, `\u{9b}`): a name may hold any of them,
 /// and printed raw one would split a line of output or reach the terminal
 /// as a command. The names themselves are stored as given; `--json`
@@ -73,8 +73,11 @@ func shown(_ text: String) -> String {
     return out
 }
 
+/// C0, DEL, C1, and the bidirectional overrides and isolates, which
+/// reorder what follows them on the line.
 private func isControl(_ scalar: Unicode.Scalar) -> Bool {
-    scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+    let v = scalar.value
+    return v < 0x20 || (0x7F...0x9F).contains(v) || (0x202A...0x202E).contains(v) || (0x2066...0x2069).contains(v)
 }
 
 /// Turns every error into `locker: error:` and `locker: hint:` lines and

@@ -15,9 +15,12 @@ import Synchronization
 /// - any other command ends at once.
 ///
 /// If a taking-part command has not ended ``grace`` after the signal (it
-/// is waiting on something that never comes), or on a second signal, the
-/// temporary files registered with ``registerTemporary(_:in:)`` are
-/// removed and the process ends by the signal there and then.
+/// waits on something that never comes, or on a disk that does not
+/// answer), the cleanups registered with ``registerCleanup(_:)`` run (a
+/// single `get`'s temporary file, the directory a `get -r` builds) and the
+/// process ends by the signal there and then. A second signal does the
+/// same, unless the command is already unwinding (``check()`` has thrown):
+/// its own cleanup, which removes everything, is let finish.
 ///
 /// A signal that was ignored when the process started (`nohup` ignores
 /// SIGHUP, a shell ignores SIGINT in a background job) stays ignored.
@@ -28,19 +31,21 @@ import Synchronization
 enum Interruption {
     static let signals: [Int32] = [SIGINT, SIGTERM, SIGHUP]
     /// How long a taking-part command has to unwind.
-    static let grace: TimeInterval = 2
+    static let grace: TimeInterval = 10
 
     /// The first signal received, or 0.
     private static let received = Atomic<Int32>(0)
+    /// Whether ``check()`` has thrown: the command is unwinding.
+    private static let unwinding = Atomic<Bool>(false)
     private static let shared = Mutex(Shared())
 
     private struct Shared: @unchecked Sendable {
         /// Settings of standard input to restore, while a prompt has
         /// turned echo off.
         var terminal: termios?
-        /// Files under temporary names, by token: the directory's
-        /// descriptor and the name in it.
-        var temporaries: [Int: (directory: Int32, name: String)] = [:]
+        /// What removes each thing written under a temporary name, by
+        /// token.
+        var cleanups: [Int: @Sendable () -> Void] = [:]
         var nextToken = 0
         /// Commands taking part that are running (0 or 1 in practice).
         var cooperating = 0
@@ -91,7 +96,10 @@ enum Interruption {
 
     /// Throws ``Interrupted`` once a signal has been received.
     static func check() throws {
-        if let signal { throw Interrupted(signal: signal) }
+        if let signal {
+            unwinding.store(true, ordering: .releasing)
+            throw Interrupted(signal: signal)
+        }
     }
 
     /// Runs `body` as a command that stops at ``check()`` when
@@ -110,19 +118,27 @@ enum Interruption {
         return try body()
     }
 
-    /// Notes the file `name` in the open directory `directory`, to be
-    /// removed if the process must end before the command removes or
-    /// renames it. Returns the token for ``unregisterTemporary(_:)``.
-    static func registerTemporary(_ name: String, in directory: Int32) -> Int {
+    /// Registers `cleanup`, which removes something written under a
+    /// temporary name, to run if the process must end before the command
+    /// removes or renames it itself. It may run on another thread, at the
+    /// same time as the command's own cleanup, and must not call into
+    /// ``Interruption``. Returns the token for ``unregisterCleanup(_:)``.
+    static func registerCleanup(_ cleanup: @escaping @Sendable () -> Void) -> Int {
         shared.withLock {
             $0.nextToken += 1
-            $0.temporaries[$0.nextToken] = (directory, name)
+            $0.cleanups[$0.nextToken] = cleanup
             return $0.nextToken
         }
     }
 
-    static func unregisterTemporary(_ token: Int) {
-        shared.withLock { _ = $0.temporaries.removeValue(forKey: token) }
+    /// ``registerCleanup(_:)`` for the file `name` in the open directory
+    /// `directory`, which must stay open until unregistered.
+    static func registerTemporary(_ name: String, in directory: Int32) -> Int {
+        registerCleanup { _ = unlinkat(directory, name, 0) }
+    }
+
+    static func unregisterCleanup(_ token: Int) {
+        shared.withLock { _ = $0.cleanups.removeValue(forKey: token) }
     }
 
     /// Ends the process by `signal`: its default action restored, and the
@@ -149,7 +165,8 @@ enum Interruption {
             }
             return state.cooperating > 0
         }
-        if first && cooperating {
+        if cooperating && (first || unwinding.load(ordering: .acquiring)) {
+            guard first else { return }
             // The command unwinds and ends the process itself; this
             // thread steps in only if it does not in time.
             Thread.detachNewThread {
@@ -161,14 +178,14 @@ enum Interruption {
         endNow()
     }
 
-    /// Removes the registered temporaries and ends the process by the
+    /// Runs the registered cleanups and ends the process by the
     /// first signal received.
     private static func endNow() -> Never {
         let signal = received.load(ordering: .acquiring)
         // The lock is kept: no command registers or renames a temporary
         // from here on.
         shared.withLock { state -> Never in
-            for (directory, name) in state.temporaries.values { _ = unlinkat(directory, name, 0) }
+            for cleanup in state.cleanups.values { cleanup() }
             end(by: signal)
         }
     }

@@ -210,7 +210,7 @@ private func writeLocalFile(_ name: String, in directory: OpenDirectory, path: S
     // Removed by the signal handling too, should the process have to end
     // before this function does.
     let registration = Interruption.registerTemporary(temporary, in: directory.fd)
-    defer { Interruption.unregisterTemporary(registration) }
+    defer { Interruption.unregisterCleanup(registration) }
     do {
         try body(NewLocalFile(fd: fd, name: temporary, directory: directory))
         guard fsync(fd) == 0 else { throw CommandFailure.cannot("write \(path)", errno) }

@@ -155,7 +155,7 @@ struct Put: ParsableCommand {
                 if skipped > 0 { notes.append("\(skipped) skipped: not regular files") }
                 if changes.count > 0 { notes.append("\(changes.count) changed while read") }
                 let also = notes.isEmpty ? "" : " (" + notes.joined(separator: "; ") + "; see the warnings)"
-                print("Stored \(count) object\(count == 1 ? "" : "s") under \(target)\(also).")
+                print("Stored \(count) object\(count == 1 ? "" : "s") under \(shown(target.description))\(also).")
             }
             return
         }
@@ -168,7 +168,7 @@ struct Put: ParsableCommand {
         if output.json {
             try printJSON(ObjectReport(info))
         } else {
-            print("Stored \(info.path) (\(info.size) bytes, \(info.protectionClass.canonicalName), \(info.protectionSource.description)).")
+            print("Stored \(shown(info.path.description)) (\(info.size) bytes, \(info.protectionClass.canonicalName), \(info.protectionSource.description)).")
         }
     }
 
@@ -689,7 +689,7 @@ struct Get: ParsableCommand {
                 throw CommandFailure(.usage, "-r needs a local directory as DEST")
             }
             let count = try exportTree(store, from: source, to: destination)
-            print("Fetched \(count) object\(count == 1 ? "" : "s") into \(destination).")
+            print("Fetched \(count) object\(count == 1 ? "" : "s") into \(shown(destination)).")
             return
         }
         guard case .object(let info) = try store.stat(source).kind else {
@@ -783,6 +783,12 @@ struct Get: ParsableCommand {
         let base = destination.root
         let stagingName = ".locker-" + UUID().uuidString + ".tmp"
         let staging = try base.subdirectory(stagingName, new: true)
+        // Removed by the signal handling too, should the process have to
+        // end before this function does; until the rename, after which
+        // the tree is DEST.
+        let (built, into) = (staging.directory, base.directory)
+        let registration = Interruption.registerCleanup { removeBuiltDirectory(built, named: stagingName, in: into) }
+        defer { Interruption.unregisterCleanup(registration) }
         do {
             let count = try exportDirectory(store, from: source, into: staging, destination, nil)
             do {
@@ -790,6 +796,7 @@ struct Get: ParsableCommand {
             } catch {
                 throw CommandFailure(.failure, "cannot write into \(parent): \(error)")
             }
+            Interruption.unregisterCleanup(registration)
             try publishBuiltDirectory(stagingName, from: base.directory, to: name, in: base.directory, path: trimmed)
             // What was renamed is what was at the temporary name: the tree
             // built, unless that was moved away and something else put
@@ -915,6 +922,12 @@ struct Get: ParsableCommand {
             let object = shared.group[i]
             let target = object.path.name
             let temporary = temporaries ? ".locker-" + UUID().uuidString + ".tmp" : target
+            do {
+                try Interruption.check()
+            } catch {
+                shared.slots[i].error = error
+                return
+            }
             let fd: Int32
             do throws(IOError) {
                 fd = try local.directory.createFile(temporary)
@@ -1332,7 +1345,7 @@ struct Stat: ParsableCommand {
             print("Path:              \(shown(o.path.description))")
             print("Type:              object")
             print("Protection:        \(o.protectionClass.canonicalName) (\(o.protectionClass.letter))")
-            print("Protection source: \(o.protectionSource.description)")
+            print("Protection source: \(shown(o.protectionSource.description))")
             print("Accessible:        \(o.accessible ? "yes" : "no")\(o.reason.map { " (\($0))" } ?? "")")
             print("Size:              \(o.size)")
             print("Stored size:       \(o.storedSize)")
@@ -1344,7 +1357,7 @@ struct Stat: ParsableCommand {
             print("Path:              \(shown(d.path.description))")
             print("Type:              directory")
             print("Default class:     \(d.defaultClass?.canonicalName ?? "(none set)")")
-            print("New objects get:   \(d.effectiveDefault.canonicalName) (\(d.defaultSource.description))")
+            print("New objects get:   \(d.effectiveDefault.canonicalName) (\(shown(d.defaultSource.description)))")
             print("Created:           \(time(d.created))")
         case .damaged(let why):
             throw StoreError.integrity(path: item.path.description, what: why)
@@ -1446,7 +1459,7 @@ struct MakeDirectory: ParsableCommand {
         let store = try global.openStore()
         let target = try storePath(path)
         func described(_ info: DirectoryInfo) -> String {
-            "\(info.path)\(info.defaultClass.map { " (default class \($0.canonicalName))" } ?? "")"
+            "\(shown(info.path.description))\(info.defaultClass.map { " (default class \($0.canonicalName))" } ?? "")"
         }
         // `mkdir -p` makes sure a directory exists; it never changes the
         // protection of one that does (that is `setclass`'s, said out loud).
@@ -1494,23 +1507,34 @@ struct SetClass: ParsableCommand {
             guard let cls else { throw CommandFailure(.usage, "'inherit' applies to directories only") }
             if recursive { throw CommandFailure(.usage, "--recursive applies to directories only") }
             try store.setClass(target, to: cls)
-            print("\(target) is now \(cls.canonicalName).")
-        case .directory:
+            print("\(shown(target.description)) is now \(cls.canonicalName).")
+        case .directory(let directory):
+            // Every key below is rewrapped before the default is written
+            // (Store.setDefaultClass): a failure that left the default as
+            // it was changed nothing, unless the default was already the
+            // new one.
+            let before = directory.defaultClass
+            func unchanged() -> String {
+                guard before != cls, case .directory(let now)? = try? store.stat(target).kind, now.defaultClass == before else {
+                    return ""
+                }
+                return "; nothing was changed"
+            }
             do {
                 try store.setDefaultClass(cls, ofDirectory: target, recursive: recursive)
             } catch DeviceError.protectedDataUnavailable(let locked) where recursive {
                 throw CommandFailure(.protectedDataUnavailable,
-                                     "protected data unavailable: objects below \(target) are in class \(locked.canonicalName), which is locked; nothing was changed",
+                                     "protected data unavailable: class \(locked.canonicalName) is locked, and rewrapping the objects below \(target) needs it\(unchanged())",
                                      hint: "run 'locker unlock', then try again")
             } catch DeviceError.keyReset(let reset) where recursive {
                 throw CommandFailure(.keyReset,
-                                     "an object below \(target) has a \(reset.canonicalName) key that was reset and cannot be rewrapped; nothing was changed",
+                                     "an object below \(target) has a \(reset.canonicalName) key that was reset and cannot be rewrapped\(unchanged())",
                                      hint: "remove such objects with 'locker purge --key-reset', then try again")
             }
             if let cls {
-                print("\(target): new objects get \(cls.canonicalName)\(recursive ? "; existing objects below were rewrapped" : "").")
+                print("\(shown(target.description)): new objects get \(cls.canonicalName)\(recursive ? "; existing objects below were rewrapped" : "").")
             } else {
-                print("\(target): default class cleared.")
+                print("\(shown(target.description)): default class cleared.")
             }
         case .damaged(let why):
             throw StoreError.integrity(path: target.description, what: why)
@@ -1549,7 +1573,17 @@ struct Move: ParsableCommand {
 
     func run() throws {
         let store = try global.openStore()
-        try store.move(try storePath(source, in: store), to: try storePath(destination))
+        let to = try storePath(destination)
+        // "DIR/" moves into the directory DIR, which must exist, as mv(1)
+        // has it; it never renames to DIR.
+        if destination.count > 1, destination.hasSuffix("/") {
+            switch try store.stat(to).kind {
+            case .directory: break
+            case .object: throw StoreError.notADirectory(to.description)
+            case .damaged(let why): throw StoreError.integrity(path: to.description, what: why)
+            }
+        }
+        try store.move(try storePath(source, in: store), to: to)
     }
 }
 
@@ -1565,7 +1599,7 @@ struct Open: ParsableCommand {
     func run() throws {
         let store = try global.openStore()
         let info = try store.open(try storePath(path, in: store))
-        print("Opened \(info.path) (\(info.protectionClass.canonicalName)).")
+        print("Opened \(shown(info.path.description)) (\(info.protectionClass.canonicalName)).")
     }
 }
 
@@ -1676,7 +1710,7 @@ struct Export: ParsableCommand {
             try manifest.withUnsafeBytes { try writeAll(file.fd, $0, path: "manifest.json") }
         }
         let skipped = entries.filter { !$0.exported }
-        print("Exported \(entries.count - skipped.count) of \(entries.count) objects to \(destination).")
+        print("Exported \(entries.count - skipped.count) of \(entries.count) objects to \(shown(destination)).")
         for entry in skipped { print("  skipped \(shown(entry.path)): \(entry.skipped ?? "")") }
         if !skipped.isEmpty && !skipUnavailable {
             throw CommandFailure(.protectedDataUnavailable, "\(skipped.count) object\(skipped.count == 1 ? " was" : "s were") not exported",

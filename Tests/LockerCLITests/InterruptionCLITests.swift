@@ -134,6 +134,24 @@ struct InterruptionCLITests {
             #expect(interrupt(get, with: SIGINT) == SIGINT)
             #expect(entries(f.root, prefix: ".locker-").isEmpty, "\(entries(f.root, prefix: ".locker-"))")
             #expect(!FileManager.default.fileExists(atPath: f.root + "/new"))
+
+            // An impatient second Ctrl-C, in the middle of the cleanup or
+            // before it: still nothing left.
+            for pause: useconds_t in [0, 2_000, 20_000] {
+                let again = try start(f, ["get", "-r", "/t", f.root + "/new"])
+                defer { again.stop() }
+                #expect(waitFor(seconds: 30) { !entries(f.root, prefix: ".locker-").isEmpty }, "no temporary directory appeared")
+                let pid = again.process.processIdentifier
+                kill(pid, SIGSTOP)
+                #expect(isAlive(pid), "it finished before the signal")
+                kill(pid, SIGINT)
+                kill(pid, SIGCONT)
+                usleep(pause)
+                kill(pid, SIGINT)
+                #expect(again.waitForSignal(seconds: 15) == SIGINT)
+                #expect(entries(f.root, prefix: ".locker-").isEmpty, "after \(pause) µs: \(entries(f.root, prefix: ".locker-"))")
+                #expect(!FileManager.default.fileExists(atPath: f.root + "/new"))
+            }
         }
     }
 

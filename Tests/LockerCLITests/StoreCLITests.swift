@@ -201,11 +201,18 @@ struct StoreCLITests {
             try f.ok(["lock", "--now"])
             let r = try f.run(["setclass", "/t", "D", "--recursive"])
             #expect(r.status == 75, "\(r)")
-            #expect(r.stderr.contains("objects below /t are in class complete, which is locked; nothing was changed"), "\(r)")
+            #expect(r.stderr.contains("class complete is locked, and rewrapping the objects below /t needs it; nothing was changed"), "\(r)")
             #expect(try f.stat("/t").defaultClass == nil)
             #expect(try f.stat("/t/a").protection == "completeUntilFirstUserAuthentication")
             #expect(try f.stat("/t/a").protectionSource == "explicit")
+            // The class asked for is the one locked.
+            try f.ok(["rm", "/t/b"])
+            let target = try f.run(["setclass", "/t", "A", "--recursive"])
+            #expect(target.status == 75, "\(target)")
+            #expect(target.stderr.contains("class complete is locked"), "\(target)")
+            #expect(try f.stat("/t").defaultClass == nil)
             try f.ok(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            try f.put("/t/b", Data("a".utf8), ["--class", "A"])
             #expect(try f.stat("/t/b").protection == "complete")
 
             try f.ok(["setclass", "/t", "D", "--recursive"])
@@ -252,6 +259,13 @@ struct StoreCLITests {
             }
             #expect(try f.raw(["get", "/k/D"]).stdout == Data("keep me".utf8))
             #expect(try f.stat("/k/D").protection == "none")
+            // As a destination, "E/" is a directory that must exist.
+            #expect(try f.raw(["mv", "/k/D", "/k/E/"]).status == 66)
+            #expect(try f.raw(["stat", "/k/E"]).status == 66)
+            try f.ok(["mkdir", "/k/sub"])
+            try f.ok(["mv", "/k/D", "/k/sub/"])
+            #expect(try f.raw(["get", "/k/sub/D"]).stdout == Data("keep me".utf8))
+            try f.ok(["mv", "/k/sub/D", "/k/D"])
             // A directory may be written either way.
             #expect(try f.ok(["ls", "/k/"]).stdout.contains("D"))
             try f.ok(["rm", "-r", "/k/"])
@@ -266,10 +280,13 @@ struct StoreCLITests {
         try withStoreFixture { f in
             try f.initialize()
             let name = "two\nlines\u{1b}[31mred\u{9b}"
-            try f.put("/" + name, Data("x".utf8), ["--class", "D"])
+            let stored = try f.put("/" + name, Data("x".utf8), ["--class", "D"])
+            #expect(stored.stdout.hasPrefix("Stored /two\\nlines\\x1b[31mred\\u{9b} ("), "\(stored)")
+            let made = try f.ok(["mkdir", "/rtl\u{202e}txt.exe"])
+            #expect(made.stdout == "Created /rtl\\u{202e}txt.exe.\n", "\(made)")
             for arguments in [["ls", "/"], ["ls", "-l", "/"]] {
                 let listed = try f.ok(arguments)
-                #expect(listed.stdout.split(separator: "\n").count == 1, "\(listed)")
+                #expect(listed.stdout.split(separator: "\n").count == 2, "two names, two lines: \(listed)")
                 #expect(listed.stdout.contains("two\\nlines\\x1b[31mred\\u{9b}"), "\(listed)")
                 #expect(!listed.stdout.contains("\u{1b}"), "\(listed)")
             }
