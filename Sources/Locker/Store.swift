@@ -47,12 +47,20 @@ public final class Store: @unchecked Sendable {
 
     /// Opens the store at `path`, creating its layout on first use. Throws
     /// ``StoreError/foreignStore`` if it was made under another device.
-    public init(path: String, keys: any KeyService, options: Options = Options()) throws {
+    ///
+    /// A missing directory is created (with its parents) only when
+    /// `create` is set; otherwise it throws ``StoreError/noStore(_:)``, so
+    /// that reading from a mistyped path fails instead of showing an empty
+    /// store. An existing directory that holds anything but a store's own
+    /// files throws ``StoreError/notAStore(_:)``, with or without `create`:
+    /// nothing is written into it.
+    public init(path: String, keys: any KeyService, options: Options = Options(), create: Bool = true) throws {
         precondition(ChunkLayout.allowedChunkSizes.contains(options.chunkSize), "chunk size not allowed")
         self.path = path
         self.keys = keys
         self.options = options
         fs = options.fileSystem
+        try Self.checkDirectory(path, create: create, fileSystem: fs)
         metadata = try MetadataKeys(metadataKey: keys.metadataKey())
         try fs.createDirectory(path, mode: 0o700)
         try fs.createDirectory(dataDirectory, mode: 0o700)
@@ -77,6 +85,30 @@ public final class Store: @unchecked Sendable {
             _ = try rootDirectory()
         } catch is StoreError {
             throw StoreError.foreignStore
+        }
+    }
+
+    /// The names a store directory holds besides temporaries.
+    static let layoutNames: Set<String> = ["ns", "data", "lock", "staging", "move.intent"]
+
+    /// Refuses a missing store directory unless `create`
+    /// (``StoreError/noStore(_:)``), and a directory without a root record
+    /// that holds anything a store would not (``StoreError/notAStore(_:)``).
+    /// Reads only; ``init(path:keys:options:create:)`` runs it first.
+    public static func checkDirectory(_ path: String, create: Bool, fileSystem fs: FileSystem = FileSystem()) throws {
+        guard try fs.status(path) != nil else {
+            guard create else { throw StoreError.noStore(path) }
+            return
+        }
+        if try fs.status(path + "/ns/.dir") != nil { return }
+        let names: [String]
+        do {
+            names = try fs.contentsOfDirectory(path)
+        } catch let error as IOError where error.errno == ENOTDIR {
+            throw StoreError.notAStore(path)
+        }
+        guard names.allSatisfy({ layoutNames.contains($0) || isTemporary($0) }) else {
+            throw StoreError.notAStore(path)
         }
     }
 
@@ -293,7 +325,9 @@ public final class Store: @unchecked Sendable {
     // MARK: Directories
 
     /// Creates a directory. With `parents`, missing parents are created and
-    /// an existing directory is not an error.
+    /// an existing directory is not an error. An object at `path` throws
+    /// ``StoreError/alreadyExists(_:)``, one on the way to it
+    /// ``StoreError/notADirectory(_:)``.
     @discardableResult
     public func makeDirectory(_ path: StorePath, defaultClass: ProtectionClass? = nil, parents: Bool = false) throws -> DirectoryInfo {
         if path.isRoot {
@@ -309,7 +343,9 @@ public final class Store: @unchecked Sendable {
             let fsPath = try entryPath(name, in: current)
             switch try kind(of: fsPath) {
             case .object:
-                throw StoreError.notADirectory(sub.description)
+                // As mkdir(1): the name is taken (EEXIST), also with
+                // `parents`; an object on the way is ENOTDIR.
+                throw isLast ? StoreError.alreadyExists(sub.description) : StoreError.notADirectory(sub.description)
             case .directory:
                 if isLast && !parents { throw StoreError.alreadyExists(sub.description) }
                 current = Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub), storePath: sub)

@@ -15,4 +15,9 @@ public enum StoreError: Error, Equatable, Sendable {
     /// The store directory belongs to another device (or one that was
     /// wiped).
     case foreignStore
+    /// No store directory at this path, and the operation does not create
+    /// one.
+    case noStore(String)
+    /// The directory at this path holds files that are not a store's.
+    case notAStore(String)
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Locker
 import LockerAgent
 import LockerCrypto
 import LockerDevice
@@ -53,7 +54,10 @@ struct Init: ParsableCommand {
     }
 
     func run() throws {
-        let client = try global.client()
+        // A store is never put into a directory of other files; refused
+        // before anything is made.
+        try Store.checkDirectory(global.storePath, create: true)
+        let client = try global.client(creatingDevice: true)
         // A store left by another device (or by this one before a wipe)
         // could never be read by the new device: every later command would
         // fail on it. Refused before the device is made. (Over a live

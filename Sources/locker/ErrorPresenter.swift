@@ -54,13 +54,16 @@ struct CommandFailure: Error {
 /// `text` with every control character (see `isControl`) written as an
 /// escape (`\n`, `\t`, `\x1b`, `\u{9b}`): a name may hold any of them,
 /// and printed raw one would split a line of output or reach the terminal
-/// as a command. The names themselves are stored as given; `--json`
+/// as a command. A backslash is written `\\`, as `ls -b` does, so that a
+/// name holding a newline and one holding the two characters `\n` are
+/// told apart. The names themselves are stored as given; `--json`
 /// escapes them its own way.
 func shown(_ text: String) -> String {
-    guard text.unicodeScalars.contains(where: isControl) else { return text }
+    guard text.unicodeScalars.contains(where: { isControl($0) || $0 == "\\" }) else { return text }
     var out = ""
     for scalar in text.unicodeScalars {
         switch scalar {
+        case "\\": out += "\\\\"
         case "\n": out += "\\n"
         case "\t": out += "\\t"
         case "\r": out += "\\r"
@@ -168,6 +171,10 @@ enum ErrorPresenter {
             return (.failure, "\(path) is not empty", "use 'locker rm -r' to remove it with everything below")
         case .integrity(let path, let what):
             return (.integrity, "integrity failure: \(path): \(what) failed authentication", "restore the object from a copy, or remove it with 'locker rm'")
+        case .noStore(let path):
+            return (.notFound, "no store at \(path)", "check --store and $LOCKER_STORE; 'locker put' and 'locker mkdir' create a store")
+        case .notAStore(let path):
+            return (.failure, "\(path) is not a Locker store: it holds other files", "give --store an empty or new directory")
         case .foreignStore:
             return (.integrity, "the store was not made with this device (or the device was wiped since)", "use the --device it was made with, or a new --store; a store whose device was wiped can only be deleted")
         }

@@ -66,8 +66,15 @@ struct GlobalOptions: ParsableArguments {
     }
 
     /// A client for this device's agent, starting the agent if needed.
-    func client() throws -> AgentClient {
+    /// Unless `creatingDevice` (`init`), a directory that holds no device
+    /// is refused first: a mistyped `--device` must not leave a directory
+    /// chain and an agent behind.
+    func client(creatingDevice: Bool = false) throws -> AgentClient {
         let path = devicePath
+        if !creatingDevice, !DeviceDirectory(path: path).exists {
+            throw CommandFailure(.failure, "no device at \(path)",
+                                 hint: "run 'locker init' to create one, or check --device and $LOCKER_DEVICE")
+        }
         let launcher = AgentLauncher(executable: Self.executablePath, arguments: ["agent", "--device", path])
         return try AgentClient(devicePath: path, launcher: launcher)
     }

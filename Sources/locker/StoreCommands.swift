@@ -7,9 +7,11 @@ import LockerFormat
 import LockerIO
 
 extension GlobalOptions {
-    /// The store, through this device's agent.
-    func openStore() throws -> Store {
-        try Store(path: storePath, keys: client())
+    /// The store, through this device's agent. Only commands that store
+    /// something `create` a missing store directory: the others fail on
+    /// it, so that a mistyped `--store` reads as one.
+    func openStore(create: Bool = false) throws -> Store {
+        try Store(path: storePath, keys: client(), create: create)
     }
 }
 
@@ -118,7 +120,7 @@ struct Put: ParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: JSONOption
 
-    @Argument(help: "A local file, '-' for standard input, or with -r a local directory.")
+    @Argument(help: "A local file, '-' for standard input, or with -r a local directory (a file is stored as without -r).")
     var source: String
 
     @Argument(help: "The path in the store. An existing store directory (or a path ending in /) receives the source under its own name.")
@@ -135,13 +137,13 @@ struct Put: ParsableCommand {
     }
 
     private func transfer() throws {
-        let store = try global.openStore()
+        // As `cp -r`: with -r, a SOURCE that is not a directory is stored
+        // as one object (a missing one fails as it does without -r).
+        var isDirectory: ObjCBool = false
+        let tree = r && source != "-" && FileManager.default.fileExists(atPath: source, isDirectory: &isDirectory) && isDirectory.boolValue
+        let store = try global.openStore(create: true)
         var target = try storePath(path)
-        if r {
-            var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: source, isDirectory: &isDirectory), isDirectory.boolValue else {
-                throw CommandFailure(.notFound, "\(source) is not a local directory")
-            }
+        if tree {
             let changes = ChangedSources()
             let imported = Result { try importTree(store, from: source, to: target, changes: changes) }
             // Said even when the import stopped part way: what was stored
@@ -165,7 +167,10 @@ struct Put: ParsableCommand {
         }
         let (info, changed) = try putFile(store, source: source, to: target)
         if changed { warn(ChangedSources.warning(source)) }
-        if output.json {
+        if output.json && r {
+            // The shape -r promises, whatever SOURCE turned out to be.
+            try printJSON(["imported": 1, "skipped": 0, "changed": changed ? 1 : 0])
+        } else if output.json {
             try printJSON(ObjectReport(info))
         } else {
             print("Stored \(shown(info.path.description)) (\(info.size) bytes, \(info.protectionClass.canonicalName), \(info.protectionSource.description)).")
@@ -664,16 +669,18 @@ struct Get: ParsableCommand {
         guard parts.count == 2, let start = UInt64(parts[0]) else {
             throw CommandFailure(.usage, "--range takes START-END, for example 0-1023")
         }
+        // What the object holds, for a range that reaches past it.
+        let extent = size == 0 ? "the object is empty" : "the object has \(size) byte\(size == 1 ? "" : "s"), 0 to \(size - 1)"
         let end: UInt64
         if parts[1].isEmpty {
-            guard size > 0 else { throw CommandFailure(.usage, "--range \(range) is past the end (the object is empty)") }
+            guard start < size else { throw CommandFailure(.usage, "--range \(range) starts past the end (\(extent))") }
             end = size - 1
         } else {
             guard let e = UInt64(parts[1]) else { throw CommandFailure(.usage, "--range takes START-END, for example 0-1023") }
             end = e
         }
         guard start <= end else { throw CommandFailure(.usage, "--range \(range): START is after END") }
-        guard end < size else { throw CommandFailure(.usage, "--range \(range) is past the end (the object has \(size) bytes)") }
+        guard end < size else { throw CommandFailure(.usage, "--range \(range) is past the end (\(extent))") }
         return start..<(end + 1)
     }
 
@@ -707,6 +714,11 @@ struct Get: ParsableCommand {
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: target, isDirectory: &isDirectory), isDirectory.boolValue {
             target += "/" + source.name
+        } else if target.count > 1, target.hasSuffix("/") {
+            // "DIR/" names a directory that must exist, as it does to cp(1).
+            var named = target
+            while named.count > 1, named.hasSuffix("/") { named.removeLast() }
+            throw CommandFailure.cannot("write into \(target)", FileManager.default.fileExists(atPath: named) ? ENOTDIR : ENOENT)
         }
         // A device or a FIFO at DEST (/dev/null, a named pipe, a terminal)
         // is written into, as cp(1) would: replacing it with a file by a
@@ -1456,7 +1468,7 @@ struct MakeDirectory: ParsableCommand {
     var p = false
 
     func run() throws {
-        let store = try global.openStore()
+        let store = try global.openStore(create: true)
         let target = try storePath(path)
         func described(_ info: DirectoryInfo) -> String {
             "\(shown(info.path.description))\(info.defaultClass.map { " (default class \($0.canonicalName))" } ?? "")"

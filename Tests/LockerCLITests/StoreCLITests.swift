@@ -245,6 +245,113 @@ struct StoreCLITests {
         }
     }
 
+    /// A mistyped `--device` or `--store` fails and creates nothing: no
+    /// directory chain, no agent, no empty store shown as if it were the
+    /// user's, and nothing written into a directory of other files.
+    @Test func aMistypedDeviceOrStoreCreatesNothing() throws {
+        try withStoreFixture { f in
+            let typo = f.root + "/typo/a/b"
+            for command in [["status"], ["unlock"], ["lock"], ["ls"], ["get", "/x"], ["put", "-", "/x"]] {
+                let r = try f.run(command + ["--device", typo], stdin: "data")
+                #expect(r.status == 1, "\(r)")
+                #expect(r.stderr.contains("locker: error: no device at \(typo)"), "\(r)")
+                #expect(r.stderr.contains("hint: run 'locker init' to create one, or check --device"), "\(r)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: f.root + "/typo"), "a command made the mistyped device's directories")
+            #expect(agentProcesses(serving: typo).isEmpty, "an agent was started on the mistyped device")
+
+            try f.initialize()
+            try f.put("/x", Data("mine".utf8), ["--class", "D"])
+            let missing = f.root + "/typo/store"
+            for command in [["ls"], ["ls", "-l", "/"], ["get", "/x", f.root + "/out"], ["stat", "/x"], ["rm", "/x"],
+                            ["mv", "/x", "/y"], ["setclass", "/x", "C"], ["verify"], ["purge", "--key-reset"]] {
+                let r = try f.run(command + ["--store", missing])
+                #expect(r.status == 66, "\(r)")
+                #expect(r.stderr.contains("locker: error: no store at \(missing)"), "\(r)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: f.root + "/typo"), "a reading command made a store")
+            #expect(!FileManager.default.fileExists(atPath: f.root + "/out"))
+
+            // A directory of other files is not a store, for any command.
+            let documents = f.root + "/documents"
+            try FileManager.default.createDirectory(atPath: documents, withIntermediateDirectories: false)
+            try Data("notes".utf8).write(to: URL(fileURLWithPath: documents + "/notes.txt"))
+            for command in [["ls"], ["put", "-", "/x"], ["mkdir", "/d"], ["init", "--no-passcode"]] {
+                let r = try f.run(command + ["--store", documents], stdin: "data")
+                #expect(r.status == 1, "\(r)")
+                #expect(r.stderr.contains("locker: error: \(documents) is not a Locker store: it holds other files"), "\(r)")
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: documents) == ["notes.txt"])
+
+            // put and mkdir make a new store; then everything reads it.
+            let second = f.root + "/second/store"
+            try f.ok(["mkdir", "/m", "--store", second])
+            try f.ok(["put", "-", "/m/y", "--store", second], stdin: "two")
+            #expect(try f.raw(["get", "/m/y", "--store", second]).stdout == Data("two".utf8))
+            #expect(try f.raw(["get", "/x"]).stdout == Data("mine".utf8), "the first store changed")
+        }
+    }
+
+    /// `put -r` of a file stores it, as `cp -r` copies one; a missing
+    /// source fails as it does without -r.
+    @Test func putRecursiveOfAFileStoresIt() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = try f.localFile(Data("one file".utf8))
+            let stored = try f.ok(["put", "-r", local, "/x", "--class", "D"])
+            #expect(stored.stdout.hasPrefix("Stored /x (8 bytes, none, explicit)"), "\(stored)")
+            #expect(try f.raw(["get", "/x"]).stdout == Data("one file".utf8))
+            let json = try f.ok(["put", "-r", "--json", local, "/d/"])
+            #expect(json.stdout.contains("\"imported\" : 1"), "\(json)")
+            #expect(json.stdout.contains("\"skipped\" : 0"), "\(json)")
+            #expect(try f.raw(["get", "/d/" + URL(fileURLWithPath: local).lastPathComponent]).stdout == Data("one file".utf8))
+            let missing = try f.run(["put", "-r", f.root + "/no-such", "/y"])
+            #expect(missing.status == 66, "\(missing)")
+            #expect(missing.stderr.contains("cannot read \(f.root)/no-such: No such file or directory"), "\(missing)")
+            #expect(try f.raw(["stat", "/y"]).status == 66)
+        }
+    }
+
+    /// `mkdir` of a name an object holds says it exists (exit 73), as
+    /// mkdir(1) does, with or without -p; an object on the way is not a
+    /// directory (exit 1). The object is left alone.
+    @Test func mkdirOverAnObjectSaysItExists() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/obj", Data("kept".utf8), ["--class", "D"])
+            for arguments in [["mkdir", "/obj"], ["mkdir", "-p", "/obj"], ["mkdir", "-p", "/obj", "--class", "A"]] {
+                let r = try f.run(arguments)
+                #expect(r.status == 73, "\(r)")
+                #expect(r.stderr == "locker: error: /obj already exists\n", "\(r)")
+            }
+            let below = try f.run(["mkdir", "-p", "/obj/sub"])
+            #expect(below.status == 1, "\(below)")
+            #expect(below.stderr.contains("/obj is an object, not a directory"), "\(below)")
+            #expect(try f.raw(["get", "/obj"]).stdout == Data("kept".utf8))
+            #expect(try f.stat("/obj").protection == "none")
+        }
+    }
+
+    /// `get OBJ DIR/` needs DIR to exist, as cp(1) does: the error says so,
+    /// and nothing is made.
+    @Test func getIntoAMissingDirectoryNamesTheReason() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/obj", Data("data".utf8), ["--class", "D"])
+            let missing = try f.run(["get", "/obj", f.root + "/nodir/"])
+            #expect(missing.status == 1, "\(missing)")
+            #expect(missing.stderr == "locker: error: cannot write into \(f.root)/nodir/: No such file or directory\n", "\(missing)")
+            #expect(!FileManager.default.fileExists(atPath: f.root + "/nodir"))
+            let file = try f.localFile(Data("mine".utf8))
+            let notDirectory = try f.run(["get", "/obj", file + "/"])
+            #expect(notDirectory.stderr == "locker: error: cannot write into \(file)/: Not a directory\n", "\(notDirectory)")
+            #expect(try fileBytes(file) == Data("mine".utf8))
+            try FileManager.default.createDirectory(atPath: f.root + "/dir", withIntermediateDirectories: false)
+            try f.ok(["get", "/obj", f.root + "/dir/"])
+            #expect(try fileBytes(f.root + "/dir/obj") == Data("data".utf8))
+        }
+    }
+
     /// A trailing "/" means a directory, as it does to rm(1): an object
     /// named that way is an error, and `rm /k/D/` leaves the object alone.
     @Test func aTrailingSlashNeverNamesAnObject() throws {
@@ -298,6 +405,13 @@ struct StoreCLITests {
             #expect(missing.stderr.contains("/gone\\x1b]0;title\\x07: no such object"), "\(missing)")
             #expect(!missing.stderr.contains("\u{1b}"), "\(missing)")
             #expect(try f.raw(["get", "/" + name]).stdout == Data("x".utf8))
+            // A name with a backslash and "n" must not look like one with a
+            // newline: the backslash is doubled.
+            try f.put("/literal\\nname", Data("y".utf8), ["--class", "D"])
+            try f.put("/literal\nname", Data("z".utf8), ["--class", "D"])
+            let both = try f.ok(["ls", "/"])
+            #expect(both.stdout.contains("literal\\\\nname\n"), "\(both)")
+            #expect(both.stdout.contains("literal\\nname\n"), "\(both)")
         }
     }
 

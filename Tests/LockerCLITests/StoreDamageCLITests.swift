@@ -98,10 +98,14 @@ struct StoreDamageCLITests {
             #expect(try fileBytes(out) == bytes[range], "\(path) range \(range) into a file")
             try FileManager.default.removeItem(atPath: out)
         }
-        for past in ["\(size)-\(size)", "0-\(size)", "\(size + 10)-\(size + 20)"] + (size == 0 ? ["0-"] : []) {
-            let r = try f.raw(["get", path, "--range", past])
+        // The message says what the object holds, also for an open range.
+        let extent = size == 0 ? "(the object is empty)" : "(the object has \(size) byte\(size == 1 ? "" : "s"), 0 to \(size - 1))"
+        for past in ["\(size)-\(size)", "0-\(size)", "\(size + 10)-\(size + 20)", "\(size)-"] {
+            let r = try f.run(["get", path, "--range", past])
             #expect(r.status == 64, "\(r)")
             #expect(r.stdout.isEmpty, "\(r)")
+            #expect(r.stderr.hasPrefix("locker: error: --range \(past) "), "\(r)")
+            #expect(r.stderr.contains("past the end \(extent)\n"), "\(r)")
         }
     }
 
