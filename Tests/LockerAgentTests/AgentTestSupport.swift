@@ -112,6 +112,7 @@ func run(_ executable: String, _ arguments: [String]) throws -> (status: Int32, 
     process.standardInput = FileHandle.nullDevice
     try process.run()
     let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    try? pipe.fileHandleForReading.close()
     process.waitUntilExit()
     return (process.terminationStatus, String(decoding: data, as: UTF8.self))
 }

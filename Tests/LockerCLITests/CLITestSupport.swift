@@ -131,6 +131,11 @@ final class CLIFixture {
             Thread.detachNewThread {
                 let data = handle.readDataToEndOfFile()
                 box.update { $0 = data }
+                // Closed here, not when the handle is freed: the suite runs
+                // thousands of commands, and a leaked descriptor each
+                // pushes /proc/self/fd past the size that Foundation's
+                // Process.run reads over the end of (a crash).
+                try? handle.close()
                 readers.leave()
             }
         }
@@ -231,9 +236,11 @@ final class BackgroundRun {
             process.arguments = arguments
         }
         process.environment = fixture.environment
-        process.standardInput = FileHandle(forReadingAtPath: stdin ?? "/dev/null")
+        let input = FileHandle(forReadingAtPath: stdin ?? "/dev/null")
+        process.standardInput = input
         if let stderr { _ = FileManager.default.createFile(atPath: stderr, contents: nil) }
-        process.standardError = FileHandle(forWritingAtPath: stderr ?? "/dev/null")
+        let errorOutput = FileHandle(forWritingAtPath: stderr ?? "/dev/null")
+        process.standardError = errorOutput
         let pipe = Pipe()
         process.standardOutput = pipe
         let handle = pipe.fileHandleForReading
@@ -241,7 +248,10 @@ final class BackgroundRun {
         Thread.detachNewThread {
             while true {
                 let chunk = handle.availableData
-                if chunk.isEmpty { return }
+                if chunk.isEmpty {
+                    try? handle.close()
+                    return
+                }
                 output.update { $0.append(chunk) }
             }
         }
@@ -253,6 +263,9 @@ final class BackgroundRun {
         }
         try process.run()
         try? pipe.fileHandleForWriting.close()
+        // The child has its own copies.
+        try? input?.close()
+        try? errorOutput?.close()
     }
 
     var text: String { String(decoding: output.value, as: UTF8.self) }

@@ -25,6 +25,8 @@ struct LZ4InteropTests {
         // fill the pipe and block the child.
         let stdout = out.fileHandleForReading.readDataToEndOfFile()
         let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        try? out.fileHandleForReading.close()
+        try? err.fileHandleForReading.close()
         process.waitUntilExit()
         return (process.terminationStatus, [UInt8](stdout), String(decoding: stderr, as: UTF8.self))
     }
