@@ -303,6 +303,17 @@ struct Reset: ParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var noPasscodeArguments: NoPasscodeArguments
 
+    @Flag(help: "Confirm that every class A, B and C object stored so far becomes unreadable.")
+    var yes = false
+
+    func validate() throws {
+        // As `wipe`: what it destroys cannot be had back, so it is not done
+        // on a mistyped or half-remembered command.
+        guard yes else {
+            throw ValidationError("reset makes every class A, B and C object stored so far unreadable for good; pass --yes to confirm")
+        }
+    }
+
     func run() throws {
         let client = try global.client()
         let passcode = try PasscodeInput(fromStandardInput: false).read(prompt: "New passcode: ", confirm: true)

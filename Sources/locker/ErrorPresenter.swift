@@ -128,7 +128,7 @@ enum ErrorPresenter {
         case .notInitialized:
             return (.failure, "no device has been initialized here", "run 'locker init' first")
         case .alreadyInitialized:
-            return (.alreadyExists, "a device is already initialized here", "use 'locker reset' for a forgotten passcode, or --device for another device")
+            return (.alreadyExists, "a device is already initialized here", "use 'locker reset --yes' for a forgotten passcode, or --device for another device")
         case .wiped:
             return (.failure, "this device was wiped; nothing stored on it can be decrypted", "run 'locker init' to start again")
         case .protectedDataUnavailable(let cls):

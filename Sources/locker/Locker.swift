@@ -79,6 +79,30 @@ struct GlobalOptions: ParsableArguments {
         return try AgentClient(devicePath: path, launcher: launcher)
     }
 
+    /// `arguments` (without the program name) with `--store` and
+    /// `--device` given before the subcommand moved after it, where every
+    /// subcommand takes them: `locker --store DIR ls` means
+    /// `locker ls --store DIR`. Anything else is left as it is.
+    static func movedAfterSubcommand(_ arguments: [String]) -> [String] {
+        var leading: [String] = []
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            if argument == "--store" || argument == "--device" {
+                guard index + 1 < arguments.count else { return arguments }
+                leading += [argument, arguments[index + 1]]
+                index += 2
+            } else if argument.hasPrefix("--store=") || argument.hasPrefix("--device=") {
+                leading.append(argument)
+                index += 1
+            } else {
+                break
+            }
+        }
+        guard !leading.isEmpty, index < arguments.count, !arguments[index].hasPrefix("-") else { return arguments }
+        return [arguments[index]] + leading + arguments[(index + 1)...]
+    }
+
     static var executablePath: String {
         (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
     }
@@ -116,7 +140,7 @@ enum Main {
         // → 36.5 MiB, the time the same).
         ProcessMemory.limitMallocArenas(to: 4)
         do {
-            var command = try Locker.parseAsRoot()
+            var command = try Locker.parseAsRoot(GlobalOptions.movedAfterSubcommand(Array(CommandLine.arguments.dropFirst())))
             // Before any other thread exists. The agent takes these
             // signals itself, to wipe its keys and remove its socket.
             if !(command is AgentCommand) { Interruption.install() }

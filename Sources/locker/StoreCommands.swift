@@ -1322,7 +1322,7 @@ struct List: ParsableCommand {
             case .object(let obj):
                 if l {
                     let size = String(obj.size)
-                    print("\(obj.protectionClass.letter) \(obj.accessible ? "readable " : "locked   ") \(String(repeating: " ", count: max(0, 12 - size.count)))\(size) \(time(obj.modified))  \(shown(item.path.name))")
+                    print("\(obj.protectionClass.letter) \(obj.accessible ? "readable " : obj.reason == "keyReset" ? "key-reset" : "locked   ") \(String(repeating: " ", count: max(0, 12 - size.count)))\(size) \(time(obj.modified))  \(shown(item.path.name))")
                 } else {
                     print(shown(item.path.name))
                 }
@@ -1725,7 +1725,14 @@ struct Export: ParsableCommand {
         print("Exported \(entries.count - skipped.count) of \(entries.count) objects to \(shown(destination)).")
         for entry in skipped { print("  skipped \(shown(entry.path)): \(entry.skipped ?? "")") }
         if !skipped.isEmpty && !skipUnavailable {
-            throw CommandFailure(.protectedDataUnavailable, "\(skipped.count) object\(skipped.count == 1 ? " was" : "s were") not exported",
+            let notExported = "\(skipped.count) object\(skipped.count == 1 ? " was" : "s were") not exported"
+            // Unlocking helps a locked object, never one whose key was reset.
+            let reset = skipped.filter { $0.skipped?.hasPrefix("keyReset") == true }.count
+            if reset == skipped.count {
+                throw CommandFailure(.keyReset, "\(notExported): \(reset == 1 ? "its class key was" : "their class keys were") reset",
+                                     hint: "they can never be read: remove them with 'locker purge --key-reset', or pass --skip-unavailable")
+            }
+            throw CommandFailure(.protectedDataUnavailable, notExported + (reset > 0 ? " (\(reset) of them for good: their class key was reset)" : ""),
                                  hint: "unlock and export again, or pass --skip-unavailable")
         }
     }

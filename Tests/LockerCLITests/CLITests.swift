@@ -200,7 +200,13 @@ struct CLITests {
     @Test func resetStartsANewKeyGeneration() throws {
         try withFixture { f in
             try f.initialize()
-            let r = try f.run(["reset"], stdin: "9999\n")
+            // Without --yes, refused before a passcode is read: nothing
+            // changes.
+            let unconfirmed = try f.run(["reset"], stdin: "9999\n")
+            #expect(unconfirmed.status == 64, "\(unconfirmed)")
+            #expect(unconfirmed.stderr.contains("pass --yes to confirm"), "\(unconfirmed)")
+            #expect(try f.status().keyGeneration == 1)
+            let r = try f.run(["reset", "--yes"], stdin: "9999\n")
             #expect(r.status == 0, "\(r)")
             #expect(r.stdout.contains("generation 2"), "\(r)")
             #expect(try f.status().keyGeneration == 2)
@@ -335,6 +341,27 @@ struct CLITests {
             #expect(s.state == "unlocked")
             #expect(f.agentPIDFromFile == pid)
             #expect(isAlive(pid))
+        }
+    }
+
+    /// `--store` and `--device` work before the subcommand as after it.
+    @Test func globalOptionsBeforeTheSubcommand() throws {
+        try withFixture { f in
+            try f.initialize()
+            let other = f.root + "/other"
+            let made = try f.run(["--store", other, "mkdir", "/before"])
+            #expect(made.status == 0, "\(made)")
+            let listed = try f.run(["--device=\(f.device)", "--store=\(other)", "ls", "/"])
+            #expect(listed.status == 0, "\(listed)")
+            #expect(listed.stdout == "before/\n", "\(listed)")
+            let after = try f.run(["ls", "/", "--store", other])
+            #expect(after.stdout == listed.stdout, "\(after)")
+            // The default store was not touched.
+            let home = try f.run(["ls", "/"])
+            #expect(home.status == 0 && home.stdout.isEmpty, "\(home)")
+            let wrong = try f.run(["--device", f.root + "/nowhere", "status"])
+            #expect(wrong.status == 1, "\(wrong)")
+            #expect(wrong.stderr.contains("no device at \(f.root)/nowhere"), "\(wrong)")
         }
     }
 

@@ -669,6 +669,7 @@ struct StoreCLITests {
         process.standardOutput = out
         try process.run()
         let data = out.fileHandleForReading.readDataToEndOfFile()
+        try? out.fileHandleForReading.close()
         process.waitUntilExit()
         let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard process.terminationStatus == 0, let bytes = Int(text) else { throw HarnessError("fincore \(path): \(text)") }
@@ -899,7 +900,7 @@ struct StoreCLITests {
                 try f.put("/old/\(c)", sampleBytes("old-\(c)"), ["--class", c])
                 try f.put("/old/nested/\(c)", sampleBytes("old-nested-\(c)"), ["--class", c])
             }
-            let reset = try f.ok(["reset"], stdin: "9999\n")
+            let reset = try f.ok(["reset", "--yes"], stdin: "9999\n")
             #expect(reset.stdout.contains("generation 2"), "\(reset)")
             for c in ["A", "B", "C"] {
                 let r = try f.raw(["get", "/old/\(c)"])
@@ -910,7 +911,23 @@ struct StoreCLITests {
             }
             #expect(try f.raw(["get", "/old/D"]).stdout == sampleBytes("old-D"))
             #expect(try f.raw(["get", "/old/nested/D"]).stdout == sampleBytes("old-nested-D"))
+            // ls -l tells a reset key from a lock, and export sends the
+            // user to purge, not to unlock.
+            let long = try f.ok(["ls", "-l", "/old"]).stdout
+            for c in ["A", "B", "C"] { #expect(long.contains("\(c) key-reset "), "\(long)") }
+            #expect(long.contains("D readable "), "\(long)")
+            let exported = try f.run(["export", f.root + "/after-reset"])
+            #expect(exported.status == 69, "\(exported)")
+            #expect(exported.stderr.contains("6 objects were not exported: their class keys were reset"), "\(exported)")
+            #expect(exported.stderr.contains("hint: they can never be read: remove them with 'locker purge --key-reset'"), "\(exported)")
             for c in storeClassLetters { try f.put("/new/\(c)", sampleBytes("new-\(c)"), ["--class", c]) }
+            // With locked objects too, unlocking helps some of them.
+            try f.ok(["lock", "--now"])
+            let lockedToo = try f.run(["export", f.root + "/after-reset-locked"])
+            #expect(lockedToo.status == 75, "\(lockedToo)")
+            #expect(lockedToo.stderr.contains(" of them for good: their class key was reset)"), "\(lockedToo)")
+            #expect(lockedToo.stderr.contains("hint: unlock and export again"), "\(lockedToo)")
+            try f.ok(["unlock", "--passcode-stdin"], stdin: "9999\n")
             let dataBefore = f.storedData()
 
             let purge = try f.ok(["purge", "--key-reset"])

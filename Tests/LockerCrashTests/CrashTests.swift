@@ -496,7 +496,7 @@ final class Campaign {
             let new = "passcode-\(index)-\(g.next() % 1000)"
             var after = before
             for (path, entry) in before where entry.protection != "none" { after[path]!.content = .keyReset }
-            return Prepared(arguments: ["reset"], stdin: "\(new)\n", before: before, after: after,
+            return Prepared(arguments: ["reset", "--yes"], stdin: "\(new)\n", before: before, after: after,
                             summary: "reset to \(new)", passcodes: (state.passcode, new),
                             apply: { state, label in if label == "new" { state.passcode = new } })
         }
