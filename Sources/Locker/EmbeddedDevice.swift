@@ -14,7 +14,10 @@ extension Store {
     /// wrong one throws `DeviceError.wrongPasscode` and counts as an
     /// attempt). With `passcode` `nil`, a booted device stays before first
     /// unlock; unlock it later through ``Store/device``. Of `options`, only
-    /// `passcodeCost` matters at boot: the rest was fixed at init.
+    /// `passcodeCost` matters at boot: the rest was fixed at init. A
+    /// `storeDirectory` that holds other files throws
+    /// ``StoreError/notAStore(_:)`` before any device is made; a missing one
+    /// is created.
     ///
     /// **Contract.** The semantics equal the agent path: the agent holds
     /// the same ``Device`` type and the agent client forwards the same
@@ -36,6 +39,9 @@ extension Store {
         options: Device.Options = Device.Options(), storeOptions: Store.Options = Store.Options(),
         clock: any DeviceClock = SystemClock()
     ) throws -> Store {
+        // Before the device is made: a directory of other files is refused
+        // with nothing created.
+        try Store.checkDirectory(storeDirectory, create: true, fileSystem: storeOptions.fileSystem)
         let directory = DeviceDirectory(path: deviceDirectory, fileSystem: storeOptions.fileSystem)
         let device: Device
         if directory.exists {

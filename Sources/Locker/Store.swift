@@ -91,10 +91,21 @@ public final class Store: @unchecked Sendable {
     /// The names a store directory holds besides temporaries.
     static let layoutNames: Set<String> = ["ns", "data", "lock", "staging", "move.intent"]
 
-    /// Refuses a missing store directory unless `create`
-    /// (``StoreError/noStore(_:)``), and a directory without a root record
-    /// that holds anything a store would not (``StoreError/notAStore(_:)``).
-    /// Reads only; ``init(path:keys:options:create:)`` runs it first.
+    /// The temporaries of an atomic replace of a layout file.
+    static func isLayoutTemporary(_ name: String) -> Bool {
+        name.hasPrefix("lock.tmp-") || name.hasPrefix("move.intent.tmp-") || name.hasPrefix("staging.tmp-")
+    }
+
+    /// Checks `path` before a store is opened there, reading only;
+    /// ``init(path:keys:options:create:)`` runs it first.
+    ///
+    /// - A directory with a root record passes.
+    /// - A directory that holds anything a store would not, or a path that
+    ///   is not a directory, throws ``StoreError/notAStore(_:)``.
+    /// - Unless `create`, a missing path (or a link to nothing) and a
+    ///   directory that holds no store yet (empty, or only the layout with
+    ///   no object) throw ``StoreError/noStore(_:)``: reading a mistyped
+    ///   path must neither show an empty store nor make one.
     public static func checkDirectory(_ path: String, create: Bool, fileSystem fs: FileSystem = FileSystem()) throws {
         guard try fs.status(path) != nil else {
             guard create else { throw StoreError.noStore(path) }
@@ -106,9 +117,18 @@ public final class Store: @unchecked Sendable {
             names = try fs.contentsOfDirectory(path)
         } catch let error as IOError where error.errno == ENOTDIR {
             throw StoreError.notAStore(path)
+        } catch let error as IOError where error.errno == ENOENT {
+            throw StoreError.noStore(path)
         }
-        guard names.allSatisfy({ layoutNames.contains($0) || isTemporary($0) }) else {
+        guard names.allSatisfy({ layoutNames.contains($0) || isLayoutTemporary($0) }) else {
             throw StoreError.notAStore(path)
+        }
+        // Objects without a root record are a store that lost it: opening
+        // it reports that (``StoreError/foreignStore``) and creates nothing.
+        if !create {
+            let data = (try? fs.contentsOfDirectory(path + "/data"))?.filter { !isTemporary($0) } ?? []
+            let entries = (try? fs.contentsOfDirectory(path + "/ns"))?.filter { !isTemporary($0) } ?? []
+            if data.isEmpty && entries.isEmpty { throw StoreError.noStore(path) }
         }
     }
 

@@ -54,9 +54,18 @@ struct Init: ParsableCommand {
     }
 
     func run() throws {
-        // A store is never put into a directory of other files; refused
-        // before anything is made.
-        try Store.checkDirectory(global.storePath, create: true)
+        // The device secret stays outside the store (and the store outside
+        // the device directory); refused before anything is made.
+        let device = global.devicePath, store = global.storePath
+        func within(_ inner: String, _ outer: String) -> Bool {
+            inner == outer || inner.hasPrefix(outer == "/" ? "/" : outer + "/")
+        }
+        if within(device, store) || within(store, device) {
+            throw CommandFailure(.usage, "the device directory \(device) and the store \(store) must be apart, neither inside the other",
+                                 hint: "give --device and --store separate directories")
+        }
+        // Nor is a store put into a directory of other files.
+        try Store.checkDirectory(store, create: true)
         let client = try global.client(creatingDevice: true)
         // A store left by another device (or by this one before a wipe)
         // could never be read by the new device: every later command would
@@ -78,7 +87,9 @@ struct Init: ParsableCommand {
         try client.initialize(passcode: passcode, options: Device.Options(
             graceSeconds: grace, eraseAfter: eraseAfter ?? 0, defaultClass: defaultClass.value,
             passcodeCost: .calibrated(milliseconds: 100)))
-        try makeLocalDirectory(global.storePath, mode: 0o700)
+        // The store's layout and root record, so that the commands that
+        // only read find a store (they never make one).
+        _ = try Store(path: global.storePath, keys: client, create: true)
         let status = try client.status()
         if output.json {
             try printJSON(StatusReport(status, devicePath: global.devicePath, storePath: global.storePath))

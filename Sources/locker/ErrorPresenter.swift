@@ -174,7 +174,10 @@ enum ErrorPresenter {
         case .noStore(let path):
             return (.notFound, "no store at \(path)", "check --store and $LOCKER_STORE; 'locker put' and 'locker mkdir' create a store")
         case .notAStore(let path):
-            return (.failure, "\(path) is not a Locker store: it holds other files", "give --store an empty or new directory")
+            var isDirectory: ObjCBool = false
+            let why = FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && !isDirectory.boolValue
+                ? "it is not a directory" : "it holds other files"
+            return (.failure, "\(path) is not a Locker store: \(why)", "give --store an empty or new directory")
         case .foreignStore:
             return (.integrity, "the store was not made with this device (or the device was wiped since)", "use the --device it was made with, or a new --store; a store whose device was wiped can only be deleted")
         }

@@ -35,6 +35,12 @@ struct GlobalOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("The device directory (default: $LOCKER_DEVICE, else $XDG_STATE_HOME/locker/device).", valueName: "DIR"))
     var device: String?
 
+    func validate() throws {
+        // An empty value (an unset variable) must not mean the default.
+        if store?.isEmpty == true { throw ValidationError("--store needs a directory") }
+        if device?.isEmpty == true { throw ValidationError("--device needs a directory") }
+    }
+
     /// The device directory, absolute.
     var devicePath: String {
         Self.resolve(device, environment: "LOCKER_DEVICE", xdg: "XDG_STATE_HOME", fallback: ".local/state", leaf: "device")
@@ -100,6 +106,8 @@ struct GlobalOptions: ParsableArguments {
             }
         }
         guard !leading.isEmpty, index < arguments.count, !arguments[index].hasPrefix("-") else { return arguments }
+        // `help` takes no options; what it explains does not depend on them.
+        if arguments[index] == "help" { return Array(arguments[index...]) }
         return [arguments[index]] + leading + arguments[(index + 1)...]
     }
 

@@ -141,8 +141,15 @@ struct Put: ParsableCommand {
         // as one object (a missing one fails as it does without -r).
         var isDirectory: ObjCBool = false
         let tree = r && source != "-" && FileManager.default.fileExists(atPath: source, isDirectory: &isDirectory) && isDirectory.boolValue
-        let store = try global.openStore(create: true)
+        // PATH is checked, and a single SOURCE opened, before the store is
+        // opened: a put refused for either makes no store.
         var target = try storePath(path)
+        var pending = tree || source == "-" ? nil : try openSource(source)
+        defer { if let pending { Foundation.close(pending.fd) } }
+        if let opened = pending, opened.status?.isDirectory == true {
+            throw CommandFailure(.usage, "\(source) is a directory", hint: "use -r to import a directory tree")
+        }
+        let store = try global.openStore(create: true)
         if tree {
             let changes = ChangedSources()
             let imported = Result { try importTree(store, from: source, to: target, changes: changes) }
@@ -165,7 +172,9 @@ struct Put: ParsableCommand {
             guard source != "-" else { throw CommandFailure(.usage, "a name is needed when storing standard input", hint: "give PATH as /dir/name") }
             target = target.appending(URL(fileURLWithPath: source).lastPathComponent)
         }
-        let (info, changed) = try putFile(store, source: source, to: target)
+        let opened = pending
+        pending = nil
+        let (info, changed) = try putFile(store, source: source, to: target, opened: opened)
         if changed { warn(ChangedSources.warning(source)) }
         if output.json && r {
             // The shape -r promises, whatever SOURCE turned out to be.
@@ -181,11 +190,13 @@ struct Put: ParsableCommand {
     /// tree `put -r` walks, in which it found `source` (see
     /// ``openSource(_:in:)``).
     /// `changed`: whether the file changed while it was read (see
-    /// ``SourceWatch``; never for standard input).
-    func putFile(_ store: Store, source: String, to target: StorePath, in tree: LocalTree? = nil) throws -> (info: ObjectInfo, changed: Bool) {
+    /// ``SourceWatch``; never for standard input). `opened`: `source`
+    /// already opened by ``openSource(_:in:)``, closed here.
+    func putFile(_ store: Store, source: String, to target: StorePath, in tree: LocalTree? = nil,
+                 opened: (fd: Int32, status: FileStatus?)? = nil) throws -> (info: ObjectInfo, changed: Bool) {
         let (fd, status) = source == "-"
             ? (STDIN_FILENO, try? FileSystem().status(of: STDIN_FILENO, path: "standard input"))
-            : try openSource(source, in: tree)
+            : try opened ?? openSource(source, in: tree)
         defer { if fd != STDIN_FILENO { Foundation.close(fd) } }
         if fd != STDIN_FILENO, status?.isDirectory == true {
             throw CommandFailure(.usage, "\(source) is a directory", hint: "use -r to import a directory tree")
@@ -1468,8 +1479,9 @@ struct MakeDirectory: ParsableCommand {
     var p = false
 
     func run() throws {
-        let store = try global.openStore(create: true)
+        // PATH first: a mkdir refused for it makes no store.
         let target = try storePath(path)
+        let store = try global.openStore(create: true)
         func described(_ info: DirectoryInfo) -> String {
             "\(shown(info.path.description))\(info.defaultClass.map { " (default class \($0.canonicalName))" } ?? "")"
         }

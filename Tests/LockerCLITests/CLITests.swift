@@ -359,6 +359,8 @@ struct CLITests {
             // The default store was not touched.
             let home = try f.run(["ls", "/"])
             #expect(home.status == 0 && home.stdout.isEmpty, "\(home)")
+            let help = try f.run(["--store", other, "help", "ls"])
+            #expect(help.status == 0 && help.stdout.contains("USAGE: locker ls"), "\(help)")
             let wrong = try f.run(["--device", f.root + "/nowhere", "status"])
             #expect(wrong.status == 1, "\(wrong)")
             #expect(wrong.stderr.contains("no device at \(f.root)/nowhere"), "\(wrong)")

@@ -276,12 +276,45 @@ struct StoreCLITests {
             let documents = f.root + "/documents"
             try FileManager.default.createDirectory(atPath: documents, withIntermediateDirectories: false)
             try Data("notes".utf8).write(to: URL(fileURLWithPath: documents + "/notes.txt"))
-            for command in [["ls"], ["put", "-", "/x"], ["mkdir", "/d"], ["init", "--no-passcode"]] {
+            let newDevice = f.root + "/new-device"
+            for command in [["ls"], ["put", "-", "/x"], ["mkdir", "/d"], ["init", "--no-passcode", "--device", newDevice]] {
                 let r = try f.run(command + ["--store", documents], stdin: "data")
                 #expect(r.status == 1, "\(r)")
                 #expect(r.stderr.contains("locker: error: \(documents) is not a Locker store: it holds other files"), "\(r)")
             }
             #expect(try FileManager.default.contentsOfDirectory(atPath: documents) == ["notes.txt"])
+            #expect(!FileManager.default.fileExists(atPath: newDevice), "init made the device before refusing the store")
+            let notDirectory = try f.run(["ls", "--store", documents + "/notes.txt"])
+            #expect(notDirectory.stderr.contains("notes.txt is not a Locker store: it is not a directory"), "\(notDirectory)")
+
+            // An empty directory holds no store: reading it makes none.
+            let empty = f.root + "/empty"
+            try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: false)
+            for command in [["ls"], ["verify"], ["stat", "/x"]] {
+                let r = try f.run(command + ["--store", empty])
+                #expect(r.status == 66, "\(r)")
+                #expect(r.stderr.contains("no store at \(empty)"), "\(r)")
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: empty).isEmpty)
+
+            // put and mkdir refused for their arguments make no store.
+            let unmade = f.root + "/unmade/store"
+            for (command, status) in [(["put", f.root + "/no-such-file", "/x"], Int32(66)), (["put", f.root, "/x"], 64),
+                                      (["put", "-", "/a/../b"], 64), (["mkdir", "/a//b"], 64)] {
+                let r = try f.run(command + ["--store", unmade], stdin: "data")
+                #expect(r.status == status, "\(r)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: f.root + "/unmade"))
+            let blank = try f.run(["ls", "--store", ""])
+            #expect(blank.status == 64 && blank.stderr.contains("--store needs a directory"), "\(blank)")
+
+            // The device directory and the store stay apart.
+            for (store, device) in [(f.root + "/S", f.root + "/S/dev"), (f.root + "/T", f.root + "/T"), (f.root + "/U/s", f.root + "/U")] {
+                let r = try f.run(["init", "--no-passcode", "--store", store, "--device", device])
+                #expect(r.status == 64, "\(r)")
+                #expect(r.stderr.contains("must be apart"), "\(r)")
+            }
+            for made in ["S", "T", "U"] { #expect(!FileManager.default.fileExists(atPath: f.root + "/" + made)) }
 
             // put and mkdir make a new store; then everything reads it.
             let second = f.root + "/second/store"

@@ -129,6 +129,41 @@ import Synchronization
         }
     }
 
+    /// Opening without `create` never makes a store: a missing path or an
+    /// empty directory is `noStore`, and nothing appears. A directory of
+    /// other files is `notAStore` either way and stays as it was; an
+    /// embedded device is not made for one.
+    @Test func openingWithoutCreateMakesNothing() throws {
+        let root = NSTemporaryDirectory() + "lks-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: nil,
+                                           options: .init(passcodeCost: .fixed(logN: 10)))
+        let files = FileManager.default
+        #expect(throws: StoreError.noStore(root + "/missing/s")) { try Store(path: root + "/missing/s", keys: device, create: false) }
+        #expect(!files.fileExists(atPath: root + "/missing"))
+        try files.createDirectory(atPath: root + "/empty", withIntermediateDirectories: false)
+        #expect(throws: StoreError.noStore(root + "/empty")) { try Store(path: root + "/empty", keys: device, create: false) }
+        #expect(try files.contentsOfDirectory(atPath: root + "/empty").isEmpty)
+
+        try files.createDirectory(atPath: root + "/documents", withIntermediateDirectories: false)
+        #expect(files.createFile(atPath: root + "/documents/notes.txt", contents: Data("mine".utf8)))
+        for create in [false, true] {
+            #expect(throws: StoreError.notAStore(root + "/documents")) { try Store(path: root + "/documents", keys: device, create: create) }
+        }
+        #expect(try files.contentsOfDirectory(atPath: root + "/documents") == ["notes.txt"])
+        #expect(throws: StoreError.notAStore(root + "/documents")) {
+            try Store.embedded(storeDirectory: root + "/documents", deviceDirectory: root + "/embedded", passcode: nil,
+                               options: .init(passcodeCost: .fixed(logN: 10)))
+        }
+        #expect(!files.fileExists(atPath: root + "/embedded"))
+
+        // Made once with `create`, the store opens without it.
+        let made = try Store(path: root + "/empty", keys: device)
+        try made.put(StorePath("/x"), protection: ProtectionClass.none) { _ in 0 }
+        let reopened = try Store(path: root + "/empty", keys: device, create: false)
+        #expect(try reopened.list(StorePath("/")).map(\.path.name) == ["x"])
+    }
+
     /// A store on a fresh device, removed at the end of `body`.
     static func withStore(_ body: (Store, String) throws -> Void) throws {
         let root = NSTemporaryDirectory() + "lks-" + UUID().uuidString.prefix(8)
