@@ -95,7 +95,7 @@ enum ErrorPresenter {
         }
         var lines = "locker: error: \(shown(message))\n"
         if let hint { lines += "locker: hint: \(shown(hint))\n" }
-        FileHandle.standardError.write(Data(lines.utf8))
+        writeToStandardError(lines)
         return status.rawValue
     }
 

@@ -126,8 +126,23 @@ func printJSON(_ value: some Encodable) throws {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
     let data = try encoder.encode(value)
-    FileHandle.standardOutput.write(data)
-    FileHandle.standardOutput.write(Data("\n".utf8))
+    // write(2), not FileHandle: a reader that went away (`| head`) is an
+    // error (EPIPE, SIGPIPE is ignored), not a crash in Foundation.
+    fflush(nil)
+    try (data + Data("\n".utf8)).withUnsafeBytes { try writeAll(STDOUT_FILENO, $0, path: "standard output") }
+}
+
+/// Writes `text` to standard error as it is, ignoring failure: a message
+/// has nowhere else to go, and FileHandle's `write` would crash the
+/// process on a closed pipe.
+func writeToStandardError(_ text: String) {
+    var bytes = Array(text.utf8)[...]
+    while !bytes.isEmpty {
+        let n = bytes.withUnsafeBytes { Foundation.write(STDERR_FILENO, $0.baseAddress!, $0.count) }
+        if n < 0 && errno == EINTR { continue }
+        if n <= 0 { return }
+        bytes = bytes.dropFirst(n)
+    }
 }
 
 /// An ISO 8601 timestamp for seconds since 1970.

@@ -37,7 +37,7 @@ struct PasscodeInput {
     }
 
     private func promptNoEcho(_ prompt: String) throws -> SecretBytes {
-        FileHandle.standardError.write(Data(prompt.utf8))
+        writeToStandardError(prompt)
         var saved = termios()
         guard tcgetattr(STDIN_FILENO, &saved) == 0 else {
             guard let line = Self.readLine() else { throw CommandFailure(.usage, "no passcode was entered") }
@@ -51,7 +51,7 @@ struct PasscodeInput {
             _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &silent)
             defer {
                 _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
-                FileHandle.standardError.write(Data("\n".utf8))
+                writeToStandardError("\n")
             }
             return Self.readLine()
         }

@@ -104,11 +104,11 @@ final class Progress: @unchecked Sendable {
             line = "\r[" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
                 + String(format: "] %3.0f%% %.1f/%.1f MiB", fraction * 100, mib, Double(total) / 1_048_576)
         }
-        FileHandle.standardError.write(Data(line.utf8))
+        writeToStandardError(line)
     }
 
     func finish() {
-        if enabled { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        if enabled { writeToStandardError("\r\u{1B}[K") }
     }
 }
 
@@ -501,7 +501,7 @@ func describeFileType(_ mode: mode_t) -> String {
 /// One `locker: warning: …` line on stderr: something the command did
 /// not do, which did not stop it.
 func warn(_ message: String) {
-    FileHandle.standardError.write(Data("locker: warning: \(shown(message))\n".utf8))
+    writeToStandardError("locker: warning: \(shown(message))\n")
 }
 
 /// The entries of `local`, "." and ".." left out, each with what it is
@@ -1468,6 +1468,7 @@ struct MakeDirectory: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "mkdir", abstract: "Create a directory, optionally with a default class.")
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: JSONOption
 
     @Argument(help: "The directory to create.")
     var path: String
@@ -1493,11 +1494,11 @@ struct MakeDirectory: ParsableCommand {
                 throw CommandFailure(.alreadyExists, "\(target) already exists, with \(has)",
                                      hint: "'locker setclass \(target) \(wanted.canonicalName)' changes a directory's default class")
             }
-            print("\(described(existing)) already exists.")
+            if output.json { try printJSON(ItemReport(try store.stat(target))) } else { print("\(described(existing)) already exists.") }
             return
         }
         let info = try store.makeDirectory(target, defaultClass: self.class?.value, parents: p)
-        print("Created \(described(info)).")
+        if output.json { try printJSON(ItemReport(try store.stat(target))) } else { print("Created \(described(info)).") }
     }
 }
 
@@ -1508,6 +1509,7 @@ struct SetClass: ParsableCommand {
         discussion: "For a directory, the new default applies to objects created afterwards; --recursive also rewraps every object below it. Use 'inherit' as CLASS to clear a directory's default.")
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: JSONOption
 
     @Argument(help: "An object or a directory.")
     var path: String
@@ -1531,7 +1533,7 @@ struct SetClass: ParsableCommand {
             guard let cls else { throw CommandFailure(.usage, "'inherit' applies to directories only") }
             if recursive { throw CommandFailure(.usage, "--recursive applies to directories only") }
             try store.setClass(target, to: cls)
-            print("\(shown(target.description)) is now \(cls.canonicalName).")
+            if output.json { try printJSON(ItemReport(try store.stat(target))) } else { print("\(shown(target.description)) is now \(cls.canonicalName).") }
         case .directory(let directory):
             // Every key below is rewrapped before the default is written
             // (Store.setDefaultClass): a failure that left the default as
@@ -1555,7 +1557,9 @@ struct SetClass: ParsableCommand {
                                      "an object below \(target) has a \(reset.canonicalName) key that was reset and cannot be rewrapped\(unchanged())",
                                      hint: "remove such objects with 'locker purge --key-reset', then try again")
             }
-            if let cls {
+            if output.json {
+                try printJSON(ItemReport(try store.stat(target)))
+            } else if let cls {
                 print("\(shown(target.description)): new objects get \(cls.canonicalName)\(recursive ? "; existing objects below were rewrapped" : "").")
             } else {
                 print("\(shown(target.description)): default class cleared.")
@@ -1647,6 +1651,7 @@ struct Export: ParsableCommand {
         discussion: "Objects that cannot be read now (locked, key reset) are listed with the reason. The command then exits 75 unless --skip-unavailable is given.")
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: JSONOption
 
     @Argument(help: "A local directory to write into (created if missing).")
     var destination: String
@@ -1734,8 +1739,20 @@ struct Export: ParsableCommand {
             try manifest.withUnsafeBytes { try writeAll(file.fd, $0, path: "manifest.json") }
         }
         let skipped = entries.filter { !$0.exported }
-        print("Exported \(entries.count - skipped.count) of \(entries.count) objects to \(shown(destination)).")
-        for entry in skipped { print("  skipped \(shown(entry.path)): \(entry.skipped ?? "")") }
+        if output.json {
+            struct Summary: Encodable {
+                var objects: Int
+                var exported: Int
+                var skipped: [[String: String]]
+                var manifest: String
+            }
+            try printJSON(Summary(objects: entries.count, exported: entries.count - skipped.count,
+                                  skipped: skipped.map { ["path": $0.path, "reason": $0.skipped ?? ""] },
+                                  manifest: destination + "/manifest.json"))
+        } else {
+            print("Exported \(entries.count - skipped.count) of \(entries.count) objects to \(shown(destination)).")
+            for entry in skipped { print("  skipped \(shown(entry.path)): \(entry.skipped ?? "")") }
+        }
         if !skipped.isEmpty && !skipUnavailable {
             let notExported = "\(skipped.count) object\(skipped.count == 1 ? " was" : "s were") not exported"
             // Unlocking helps a locked object, never one whose key was reset.
@@ -1755,6 +1772,7 @@ struct Purge: ParsableCommand {
         abstract: "Delete the objects whose class key was reset by 'locker reset'. Nothing readable is touched.")
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: JSONOption
 
     @Flag(help: "Required: purge objects of an older key generation.")
     var keyReset = false
@@ -1771,6 +1789,10 @@ struct Purge: ParsableCommand {
             doomed.append(path)
         }
         for path in doomed { try store.remove(path) }
+        if output.json {
+            try printJSON(["purged": doomed.map(\.description)])
+            return
+        }
         print("Purged \(doomed.count) object\(doomed.count == 1 ? "" : "s") of an older key generation.")
         for path in doomed { print("  \(shown(path.description))") }
     }

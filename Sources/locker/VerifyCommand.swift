@@ -32,7 +32,7 @@ struct Verify: ParsableCommand {
         let bar = Progress(total: nil, threshold: 0)
         let report = try store.verify(readData: readData, repair: repair) { done, total in
             if isatty(STDERR_FILENO) == 1 {
-                FileHandle.standardError.write(Data("\rreading data: \(done)/\(total) objects".utf8))
+                writeToStandardError("\rreading data: \(done)/\(total) objects")
             }
         }
         bar.finish()

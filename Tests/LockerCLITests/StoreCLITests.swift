@@ -385,6 +385,44 @@ struct StoreCLITests {
         }
     }
 
+    /// `--json` into a pipe nobody reads any more is a one-line error
+    /// (exit 1), not a crash with a backtrace; and mkdir, setclass, purge
+    /// and export print JSON.
+    @Test func jsonOutput() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/x", Data("x".utf8), ["--class", "D"])
+            // The read end is closed before locker starts: its write fails.
+            let script = """
+                import os, subprocess, sys
+                r, w = os.pipe()
+                os.close(r)
+                p = subprocess.run(sys.argv[1:], stdout=w, stderr=subprocess.PIPE)
+                sys.stdout.write("%d\\n%s" % (p.returncode, p.stderr.decode()))
+                """
+            let closed = try f.runProgram("/usr/bin/python3", ["-c", script, CLIFixture.lockerPath, "stat", "--json", "/x"])
+            #expect(closed.stdout == "1\nlocker: error: cannot write standard output: Broken pipe\n", "\(closed)")
+
+            let made = try f.ok(["mkdir", "--json", "/d", "--class", "B"])
+            let directory = try #require(try JSONSerialization.jsonObject(with: Data(made.stdout.utf8)) as? [String: Any])
+            #expect(directory["path"] as? String == "/d" && directory["defaultClass"] as? String == "completeUnlessOpen", "\(made)")
+            let again = try f.ok(["mkdir", "-p", "--json", "/d"])
+            #expect(again.stdout == made.stdout, "\(again)")
+            let changed = try f.ok(["setclass", "--json", "/x", "C"])
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(changed.stdout.utf8)) as? [String: Any])
+            #expect(object["protection"] as? String == "completeUntilFirstUserAuthentication", "\(changed)")
+            try f.ok(["lock", "--now"])
+            let exported = try f.run(["export", "--json", "--skip-unavailable", f.root + "/ex"])
+            #expect(exported.status == 0, "\(exported)")
+            let summary = try #require(try JSONSerialization.jsonObject(with: Data(exported.stdout.utf8)) as? [String: Any])
+            #expect(summary["objects"] as? Int == 1 && summary["exported"] as? Int == 1, "\(exported)")
+            #expect(summary["manifest"] as? String == f.root + "/ex/manifest.json", "\(exported)")
+            let purged = try f.ok(["purge", "--key-reset", "--json"])
+            let list = try #require(try JSONSerialization.jsonObject(with: Data(purged.stdout.utf8)) as? [String: Any])
+            #expect((list["purged"] as? [String])?.isEmpty == true, "\(purged)")
+        }
+    }
+
     /// A trailing "/" means a directory, as it does to rm(1): an object
     /// named that way is an error, and `rm /k/D/` leaves the object alone.
     @Test func aTrailingSlashNeverNamesAnObject() throws {
