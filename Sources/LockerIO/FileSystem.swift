@@ -382,8 +382,9 @@ public struct FileSystem: Sendable {
         try retrying("write", path) { syscalls.pwrite(fd, bytes, Int64(offset)) }
     }
 
-    /// Writes all of `bytes`, continuing after short writes.
-    func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws(IOError) {
+    /// Writes all of `bytes`, continuing after short writes and EINTR.
+    /// `path` names `fd` in the error.
+    public func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws(IOError) {
         var offset = 0
         while offset < bytes.count {
             let n = try write(fd, UnsafeRawBufferPointer(rebasing: bytes[offset...]), path: path)

@@ -136,13 +136,7 @@ func printJSON(_ value: some Encodable) throws {
 /// has nowhere else to go, and FileHandle's `write` would crash the
 /// process on a closed pipe.
 func writeToStandardError(_ text: String) {
-    var bytes = Array(text.utf8)[...]
-    while !bytes.isEmpty {
-        let n = bytes.withUnsafeBytes { Foundation.write(STDERR_FILENO, $0.baseAddress!, $0.count) }
-        if n < 0 && errno == EINTR { continue }
-        if n <= 0 { return }
-        bytes = bytes.dropFirst(n)
-    }
+    Array(text.utf8).withUnsafeBytes { try? FileSystem().writeAll(STDERR_FILENO, $0, path: "standard error") }
 }
 
 /// An ISO 8601 timestamp for seconds since 1970.

@@ -198,9 +198,6 @@ struct Put: ParsableCommand {
             ? (STDIN_FILENO, try? FileSystem().status(of: STDIN_FILENO, path: "standard input"))
             : try opened ?? openSource(source, in: tree)
         defer { if fd != STDIN_FILENO { Foundation.close(fd) } }
-        if fd != STDIN_FILENO, status?.isDirectory == true {
-            throw CommandFailure(.usage, "\(source) is a directory", hint: "use -r to import a directory tree")
-        }
         let progress = Progress(total: status?.isRegularFile == true ? status?.size : nil)
         defer { progress.finish() }
         // Standard input may have been read from before, so its size says
@@ -1708,6 +1705,8 @@ struct Export: ParsableCommand {
             return current.directory
         }
         var entries: [Entry] = []
+        // Unlocking helps a locked object, never one whose key was reset.
+        var resetCount = 0
         try store.walk(.root) { path, isDirectory in
             if isDirectory {
                 let made = try directory(path.parent).subdirectory(path.name)
@@ -1729,6 +1728,7 @@ struct Export: ParsableCommand {
                 entry.skipped = "locked: \(info.protectionClass.canonicalName) is unavailable in this state"
             } catch DeviceError.keyReset {
                 entry.skipped = "keyReset: its class key was reset"
+                resetCount += 1
             }
             entries.append(entry)
         }
@@ -1755,13 +1755,11 @@ struct Export: ParsableCommand {
         }
         if !skipped.isEmpty && !skipUnavailable {
             let notExported = "\(skipped.count) object\(skipped.count == 1 ? " was" : "s were") not exported"
-            // Unlocking helps a locked object, never one whose key was reset.
-            let reset = skipped.filter { $0.skipped?.hasPrefix("keyReset") == true }.count
-            if reset == skipped.count {
-                throw CommandFailure(.keyReset, "\(notExported): \(reset == 1 ? "its class key was" : "their class keys were") reset",
+            if resetCount == skipped.count {
+                throw CommandFailure(.keyReset, "\(notExported): \(resetCount == 1 ? "its class key was" : "their class keys were") reset",
                                      hint: "they can never be read: remove them with 'locker purge --key-reset', or pass --skip-unavailable")
             }
-            throw CommandFailure(.protectedDataUnavailable, notExported + (reset > 0 ? " (\(reset) of them for good: their class key was reset)" : ""),
+            throw CommandFailure(.protectedDataUnavailable, notExported + (resetCount > 0 ? " (\(resetCount) of them for good: their class key was reset)" : ""),
                                  hint: "unlock and export again, or pass --skip-unavailable")
         }
     }
