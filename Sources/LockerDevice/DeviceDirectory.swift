@@ -28,9 +28,10 @@ public struct DeviceDirectory: Sendable {
     /// Whether a device was ever initialized here.
     public var exists: Bool { fileSystem.exists(recordPath) }
 
-    /// ``exists``, for deciding whether to create one: a failure to look
-    /// throws instead of reading as "no".
-    func recordExists() throws -> Bool {
+    /// ``exists``, for deciding whether there is a device: a failure to
+    /// look (a directory this user may not search) throws
+    /// ``DeviceError/io(_:)`` instead of reading as "no".
+    public func recordExists() throws -> Bool {
         try present(recordPath)
     }
 

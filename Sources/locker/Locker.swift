@@ -77,7 +77,16 @@ struct GlobalOptions: ParsableArguments {
     /// chain and an agent behind.
     func client(creatingDevice: Bool = false) throws -> AgentClient {
         let path = devicePath
-        if !creatingDevice, !DeviceDirectory(path: path).exists {
+        // A device this user may not look into is an error of its own,
+        // not "no device": `init` there would fail the same way.
+        let exists: Bool
+        do {
+            exists = try DeviceDirectory(path: path).recordExists()
+        } catch DeviceError.io(let error) {
+            throw CommandFailure(.failure, "cannot look into the device directory: \(error)",
+                                 hint: "a device is usable only by the user who owns it; check --device and $LOCKER_DEVICE")
+        }
+        if !creatingDevice, !exists {
             throw CommandFailure(.failure, "no device at \(path)",
                                  hint: "run 'locker init' to create one, or check --device and $LOCKER_DEVICE")
         }
@@ -88,14 +97,19 @@ struct GlobalOptions: ParsableArguments {
     /// `arguments` (without the program name) with `--store` and
     /// `--device` given before the subcommand moved after it, where every
     /// subcommand takes them: `locker --store DIR ls` means
-    /// `locker ls --store DIR`. Anything else is left as it is.
-    static func movedAfterSubcommand(_ arguments: [String]) -> [String] {
+    /// `locker ls --store DIR`. Anything else is left as it is. Global
+    /// options with no subcommand after them are a usage error that says
+    /// so (the parser alone would call them unknown).
+    static func movedAfterSubcommand(_ arguments: [String]) throws -> [String] {
         var leading: [String] = []
         var index = 0
         while index < arguments.count {
             let argument = arguments[index]
             if argument == "--store" || argument == "--device" {
-                guard index + 1 < arguments.count else { return arguments }
+                guard index + 1 < arguments.count else {
+                    throw CommandFailure(.usage, "missing value for '\(argument) <DIR>'",
+                                         hint: "give it a directory and a subcommand: 'locker \(argument) DIR ls'")
+                }
                 leading += [argument, arguments[index + 1]]
                 index += 2
             } else if argument.hasPrefix("--store=") || argument.hasPrefix("--device=") {
@@ -105,7 +119,15 @@ struct GlobalOptions: ParsableArguments {
                 break
             }
         }
-        guard !leading.isEmpty, index < arguments.count, !arguments[index].hasPrefix("-") else { return arguments }
+        if !leading.isEmpty, index == arguments.count {
+            let given = leading.filter { $0.hasPrefix("--") }.map { String($0.prefix { $0 != "=" }) }
+            throw CommandFailure(.usage, "no subcommand after \(given.joined(separator: " and "))",
+                                 hint: "name one after them, as in 'locker \(given[0]) DIR ls'; 'locker help' lists the subcommands")
+        }
+        guard !leading.isEmpty else { return arguments }
+        // An option where the subcommand should be (`--help`, a typo) is
+        // what the parser must judge, without the global options in front.
+        if arguments[index].hasPrefix("-") { return Array(arguments[index...]) }
         // `help` takes no options; what it explains does not depend on them.
         if arguments[index] == "help" { return Array(arguments[index...]) }
         return [arguments[index]] + leading + arguments[(index + 1)...]
@@ -157,7 +179,7 @@ enum Main {
         // → 36.5 MiB, the time the same).
         ProcessMemory.limitMallocArenas(to: 4)
         do {
-            var command = try Locker.parseAsRoot(GlobalOptions.movedAfterSubcommand(Array(CommandLine.arguments.dropFirst())))
+            var command = try Locker.parseAsRoot(try GlobalOptions.movedAfterSubcommand(Array(CommandLine.arguments.dropFirst())))
             // Before any other thread exists. The agent takes these
             // signals itself, to wipe its keys and remove its socket.
             if !(command is AgentCommand) { Interruption.install() }

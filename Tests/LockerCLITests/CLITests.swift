@@ -336,7 +336,16 @@ struct CLITests {
             #expect(!r.stdout.contains("unlocked"), "\(r)")
             #expect(r.stderr.contains("locker: error:"), "\(r)")
 
+            // A device directory the user may not search is not "no
+            // device" (whose hint would send them to 'locker init').
             _ = chmod(f.device, 0o700)
+            let hidden = try f.runProgram(setpriv, ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                    CLIFixture.lockerPath, "status", "--device", f.device])
+            #expect(hidden.status == 1, "\(hidden)")
+            #expect(hidden.stderr.hasPrefix("locker: error: cannot look into the device directory: "), "\(hidden)")
+            #expect(hidden.stderr.contains("Permission denied"), "\(hidden)")
+            #expect(!hidden.stderr.contains("locker init"), "\(hidden)")
+
             let s = try f.status()
             #expect(s.state == "unlocked")
             #expect(f.agentPIDFromFile == pid)
@@ -364,6 +373,22 @@ struct CLITests {
             let wrong = try f.run(["--device", f.root + "/nowhere", "status"])
             #expect(wrong.status == 1, "\(wrong)")
             #expect(wrong.stderr.contains("no device at \(f.root)/nowhere"), "\(wrong)")
+            // Global options alone, or one without its value, say what is
+            // missing; an option in the subcommand's place is named.
+            let alone = try f.run(["--store", other])
+            #expect(alone.status == 64, "\(alone)")
+            #expect(alone.stderr.hasPrefix("locker: error: no subcommand after --store\n"), "\(alone)")
+            let both = try f.run(["--store=\(other)", "--device", f.device])
+            #expect(both.stderr.hasPrefix("locker: error: no subcommand after --store and --device\n"), "\(both)")
+            let bare = try f.run(["ls", "/", "--store", other, "--device"])
+            #expect(bare.status == 64, "\(bare)")
+            let last = try f.run(["--store"])
+            #expect(last.status == 64, "\(last)")
+            #expect(last.stderr.hasPrefix("locker: error: missing value for '--store <DIR>'\n"), "\(last)")
+            let typo = try f.run(["--store", other, "--lsit"])
+            #expect(typo.status == 64, "\(typo)")
+            #expect(typo.stderr.hasPrefix("locker: error: Unknown option '--lsit'\n"), "\(typo)")
+            #expect(typo.stdout.isEmpty, "\(typo)")
         }
     }
 
