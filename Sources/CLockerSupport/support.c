@@ -140,3 +140,9 @@ int locker_open_beneath(int root, const char *relative, int flags) {
     }
     return locker_open_beneath_by_components(root, relative, flags);
 }
+
+int locker_flush_stdout(void) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+    return errno != 0 ? errno : EIO;
+}

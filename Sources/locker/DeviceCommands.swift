@@ -376,6 +376,7 @@ struct Watch: ParsableCommand {
 
     func run() throws {
         let client = try global.client()
+        var failure: (any Error)?
         try client.watch { event in
             let now = timestamp(Date().timeIntervalSince1970)
             if output.json {
@@ -383,9 +384,11 @@ struct Watch: ParsableCommand {
             } else {
                 print("\(now) \(event.rawValue)")
             }
-            fflush(nil)
-            return true
+            // A reader that went away ends the watch with an error.
+            do { try flushStandardOutput() } catch { failure = error }
+            return failure == nil
         }
+        if let failure { throw failure }
     }
 }
 

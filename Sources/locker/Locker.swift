@@ -161,6 +161,16 @@ func writeToStandardError(_ text: String) {
     Array(text.utf8).withUnsafeBytes { try? FileSystem().writeAll(STDERR_FILENO, $0, path: "standard error") }
 }
 
+/// Writes out what `print` has buffered; a result that could not be
+/// written (a full disk, a reader gone from the pipe) is a failure, exit 1.
+func flushStandardOutput() throws {
+    do {
+        try ProcessOutput.flush()
+    } catch {
+        throw CommandFailure.cannot("write standard output", error.errno)
+    }
+}
+
 /// An ISO 8601 timestamp for seconds since 1970.
 func timestamp(_ seconds: Double) -> String {
     let formatter = ISO8601DateFormatter()
@@ -184,6 +194,7 @@ enum Main {
             // signals itself, to wipe its keys and remove its socket.
             if !(command is AgentCommand) { Interruption.install() }
             try command.run()
+            try flushStandardOutput()
         } catch {
             // An interrupted command has removed its temporaries and says
             // nothing more: the shell reports the signal.

@@ -402,6 +402,14 @@ struct StoreCLITests {
                 """
             let closed = try f.runProgram("/usr/bin/python3", ["-c", script, CLIFixture.lockerPath, "stat", "--json", "/x"])
             #expect(closed.stdout == "1\nlocker: error: cannot write standard output: Broken pipe\n", "\(closed)")
+            // Plain output too: a result that went nowhere is no success.
+            for arguments in [["ls", "/"], ["stat", "/x"], ["status"]] {
+                let plain = try f.runProgram("/usr/bin/python3", ["-c", script, CLIFixture.lockerPath] + arguments)
+                #expect(plain.stdout == "1\nlocker: error: cannot write standard output: Broken pipe\n", "\(arguments): \(plain)")
+                let full = try f.runProgram("/bin/sh", ["-c", "\"$0\" \"$@\" > /dev/full", CLIFixture.lockerPath] + arguments)
+                #expect(full.status == 1, "\(arguments): \(full)")
+                #expect(full.stderr == "locker: error: cannot write standard output: No space left on device\n", "\(arguments): \(full)")
+            }
 
             let made = try f.ok(["mkdir", "--json", "/d", "--class", "B"])
             let directory = try #require(try JSONSerialization.jsonObject(with: Data(made.stdout.utf8)) as? [String: Any])

@@ -61,4 +61,9 @@ int locker_open_beneath(int root, const char *relative, int flags);
 // EXDEV, as does an absolute path, and an empty path with ENOENT.
 int locker_open_beneath_by_components(int root, const char *relative, int flags);
 
+// fflush(stdout), then whether any write to stdout has failed (ferror):
+// 0, or the errno of the failure (EIO when none was kept). `stdout` is a
+// C global Swift 6 will not touch.
+int locker_flush_stdout(void);
+
 #endif
