@@ -256,6 +256,7 @@ extension Store {
 
         // The commit: each rename puts one new version in place.
         var replaced: [[UInt8]] = []
+        var replacedInline: [[UInt8]] = []
         var committed = 0
         do {
             let lock = try lockStore()
@@ -274,10 +275,10 @@ extension Store {
                 switch try kind(of: object.fsPath) {
                 case .directory: throw StoreError.isADirectory(object.path.description)
                 case .object:
-                    // Only a replaced data file needs removing afterwards.
-                    if let old = try? readHeader(object.fsPath, name: object.path.name, in: object.parent, path: object.path),
-                       !old.isInline {
-                        replaced.append(old.objectID)
+                    // A replaced data file is removed afterwards, and any
+                    // replaced object's open entry dropped.
+                    if let old = try? readHeader(object.fsPath, name: object.path.name, in: object.parent, path: object.path) {
+                        if old.isInline { replacedInline.append(old.objectID) } else { replaced.append(old.objectID) }
                     }
                 case .missing: break
                 }
@@ -295,6 +296,7 @@ extension Store {
         batch.release(batch.objects[...])
         // The new names are durable: the replaced data can go.
         for objectID in replaced { try? fs.remove(dataPath(objectID), syncDirectory: false) }
+        forgetOpen(replaced + replacedInline)
         return try objectInfos(batch)
     }
 

@@ -544,6 +544,7 @@ public final class Store: @unchecked Sendable {
         let lock = try lockStore()
         defer { withExtendedLifetime(lock) {} }
         var (_, fsPath, header) = try object(at: path)
+        let previous = header.protectionClass
         if let rewrapped, rewrapped.from == header.wrappedKey {
             header.wrappedKey = rewrapped.to
         } else {
@@ -551,6 +552,9 @@ public final class Store: @unchecked Sendable {
         }
         header.protectionSource = source
         try fs.writeFileAtomically(fsPath, header.sealed(with: metadata))
+        // An open object that changes class is closed: the device kept its
+        // key under the old class's rules.
+        if previous != cls { forgetOpen([header.objectID]) }
     }
 
     /// Removes an object, or a directory (which must be empty unless
@@ -570,7 +574,10 @@ public final class Store: @unchecked Sendable {
             guard try kind(of: fsPath) == .object else { throw StoreError.notFound(path.description) }
             let header = try? readHeader(fsPath, name: path.name, in: parent, path: path)
             try fs.remove(fsPath)
-            if let header, !header.isInline { try fs.remove(dataPath(header.objectID)) }
+            if let header {
+                forgetOpen([header.objectID])
+                if !header.isInline { try fs.remove(dataPath(header.objectID)) }
+            }
         case .directory:
             let names = try fs.contentsOfDirectory(fsPath).filter { $0 != ".dir" && !$0.hasPrefix(".tmp-") }
             if !names.isEmpty {
@@ -753,17 +760,38 @@ public final class Store: @unchecked Sendable {
         // its data; if that fails, the old data stays, as garbage.
         try fs.syncDirectory(parent.fsPath)
         if let replaced, !replaced.isInline { try? fs.remove(self.dataPath(replaced.objectID)) }
+        if let replaced { forgetOpen([replaced.objectID]) }
         return try objectInfo(path, header: header, headerPath: fsPath)
     }
 
-    /// The file key of an object: unwrapped now if its class allows, else
-    /// the one the device keeps for it while it is open.
+    /// The file key of an object: unwrapped now if its class allows, else,
+    /// for a class B object only, the one the device keeps for it while it
+    /// is open. The class is the authenticated header's, as it is now: an
+    /// object opened as class B and then changed to class A is not
+    /// readable through that open entry.
     func fileKey(for header: ObjectHeader) throws -> SecretBytes {
         do {
             return try keys.unwrap(header.wrappedKey)
         } catch DeviceError.protectedDataUnavailable(let cls) {
-            if let key = try? keys.openFileKey(objectID: Self.hex(header.objectID)) { return key }
+            if header.protectionClass == .completeUnlessOpen,
+               let key = try? keys.openFileKey(objectID: Self.hex(header.objectID)) {
+                return key
+            }
             throw DeviceError.protectedDataUnavailable(cls)
+        }
+    }
+
+    /// Has the device drop its open entry (and the file key in it) for
+    /// each of `objectIDs` that is open: objects removed, replaced, or
+    /// changed to another class. "Unless open" belongs to the version
+    /// that was opened, in the class it was opened in; a key kept for an
+    /// object that is gone is a key kept for nothing. Best effort: the
+    /// change itself has already been made.
+    func forgetOpen(_ objectIDs: [[UInt8]]) {
+        guard !objectIDs.isEmpty, let open = try? keys.status().openObjects, !open.isEmpty else { return }
+        let ids = Set(open.map(\.id))
+        for id in objectIDs.map(Self.hex) where ids.contains(id) {
+            try? keys.close(objectID: id)
         }
     }
 
@@ -1012,7 +1040,8 @@ public final class Store: @unchecked Sendable {
         if cls != .none, Int(header.wrappedKey.keyGeneration) < status.keyGeneration {
             accessible = false
             reason = "keyReset"
-        } else if status.openObjects.contains(where: { $0.id == id }) {
+        } else if status.openObjects.contains(where: { $0.id == id }), accessible || cls == .completeUnlessOpen {
+            // Only class B is readable for being open (see fileKey(for:)).
             accessible = true
             reason = "open"
         } else if !accessible {

@@ -556,6 +556,52 @@ struct StoreCLITests {
         }
     }
 
+    /// "Unless open" holds only for the class B object that was opened: an
+    /// open object changed to class A is not readable once locked, and an
+    /// open object removed or replaced leaves no key behind in the device.
+    @Test func openObjectLosesItsExceptionWhenChangedRemovedOrReplaced() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let bytes = sampleBytes("open-then-A")
+            try f.put("/secret", bytes, ["--class", "B"])
+            try f.put("/stays", bytes, ["--class", "B"])
+            try f.ok(["open", "/secret"])
+            try f.ok(["open", "/stays"])
+            try f.ok(["setclass", "/secret", "A"])
+            // Back to the same class keeps it open.
+            try f.ok(["setclass", "/stays", "B"])
+            let opened = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
+            #expect(opened.openObjects.count == 1, "\(opened.openObjects)")
+            try f.ok(["lock", "--now"])
+            expectProtectedDataUnavailable(try f.raw(["get", "/secret"]))
+            let stat = try f.stat("/secret")
+            #expect(stat.accessible == false && stat.reason != "open", "\(stat)")
+            let exported = f.root + "/exported"
+            let export = try f.raw(["export", exported])
+            #expect(!FileManager.default.fileExists(atPath: exported + "/secret"), "\(export)")
+            #expect(try f.raw(["get", "/stays"]).stdout == bytes)
+
+            try f.ok(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            try f.put("/gone", bytes, ["--class", "B"])
+            try f.put("/replaced", bytes, ["--class", "B"])
+            try f.put("/tree/replaced", bytes, ["--class", "B"])
+            for path in ["/gone", "/replaced", "/tree/replaced"] { try f.ok(["open", path]) }
+            try f.ok(["rm", "/gone"])
+            try f.put("/replaced", bytes, ["--class", "B"])
+            let tree = f.root + "/tree"
+            try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
+            try bytes.write(to: URL(fileURLWithPath: tree + "/replaced"))
+            try f.ok(["put", "-r", tree, "/tree", "--class", "B"])
+            let after = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
+            #expect(after.openObjects.count == 1, "\(after.openObjects)")
+            let lock = try f.ok(["lock", "--now"])
+            #expect(lock.stdout.components(separatedBy: "completeUnlessOpen").count == 2, "\(lock)")
+            // The new versions were never opened.
+            expectProtectedDataUnavailable(try f.raw(["get", "/replaced"]))
+            expectProtectedDataUnavailable(try f.raw(["get", "/tree/replaced"]))
+        }
+    }
+
     /// An open class A object is readable during the grace period and not
     /// after it, open or not.
     @Test func openCompleteObjectFailsOnceGraceEnds() throws {
