@@ -161,6 +161,25 @@ func writeToStandardError(_ text: String) {
     Array(text.utf8).withUnsafeBytes { try? FileSystem().writeAll(STDERR_FILENO, $0, path: "standard error") }
 }
 
+/// Throws a usage error for a command-line argument that is not UTF-8.
+/// Swift's `CommandLine.arguments` would hand it over with replacement
+/// characters: a path that names another file, or none, and a store name
+/// that is not the one typed.
+func checkArgumentsAreUTF8() throws {
+    for index in 1..<Int(CommandLine.argc) {
+        guard let argument = CommandLine.unsafeArgv[index] else { continue }
+        let bytes = Array(UnsafeBufferPointer(start: argument, count: strlen(argument))).map { UInt8(bitPattern: $0) }
+        if String(validating: bytes, as: UTF8.self) == nil {
+            // The first byte that is not: the longest prefix that is UTF-8
+            // ends before it.
+            let valid = (0..<bytes.count).last { String(validating: bytes[..<$0], as: UTF8.self) != nil } ?? 0
+            let hex = String(bytes[valid], radix: 16)
+            throw CommandFailure(.usage, "argument \(index), '\(String(decoding: bytes, as: UTF8.self))', is not UTF-8 (byte \(valid + 1) is 0x\(hex))",
+                                 hint: "Locker's paths and names are UTF-8; rename the file ('put -r' of its directory skips it with a warning)")
+        }
+    }
+}
+
 /// Writes out what `print` has buffered; a result that could not be
 /// written (a full disk, a reader gone from the pipe) is a failure, exit 1.
 func flushStandardOutput() throws {
@@ -189,6 +208,7 @@ enum Main {
         // → 36.5 MiB, the time the same).
         ProcessMemory.limitMallocArenas(to: 4)
         do {
+            try checkArgumentsAreUTF8()
             var command = try Locker.parseAsRoot(try GlobalOptions.movedAfterSubcommand(Array(CommandLine.arguments.dropFirst())))
             // Before any other thread exists. The agent takes these
             // signals itself, to wipe its keys and remove its socket.

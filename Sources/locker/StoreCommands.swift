@@ -161,7 +161,7 @@ struct Put: ParsableCommand {
                 try printJSON(["imported": count, "skipped": skipped, "changed": changes.count])
             } else {
                 var notes: [String] = []
-                if skipped > 0 { notes.append("\(skipped) skipped: not regular files") }
+                if skipped > 0 { notes.append("\(skipped) skipped") }
                 if changes.count > 0 { notes.append("\(changes.count) changed while read") }
                 let also = notes.isEmpty ? "" : " (" + notes.joined(separator: "; ") + "; see the warnings)"
                 print("Stored \(count) object\(count == 1 ? "" : "s") under \(shown(target.description))\(also).")
@@ -257,6 +257,11 @@ struct Put: ParsableCommand {
             skipped += 1
             warn("skipped \(path): \(describeFileType(st.st_mode)), not stored")
         }
+        /// `path`: already escaped (``escapedBytes(_:)``).
+        func skip(unnamed path: String) {
+            skipped += 1
+            writeToStandardError("locker: warning: skipped \(path): its name is not UTF-8, which store names must be; not stored (rename it to store it)\n")
+        }
         var pending: [PutBatchItem] = []
         var pendingBytes: UInt64 = 0
         var pendingDataFiles = 0
@@ -327,7 +332,8 @@ struct Put: ParsableCommand {
             }
             // A directory that vanished since the walk began is skipped,
             // as a vanished file is.
-            guard let entries = try localEntriesIfPresent(of: local, in: localTree) else { return }
+            guard let (entries, unnamed) = try localEntriesIfPresent(of: local, in: localTree) else { return }
+            for path in unnamed { skip(unnamed: path) }
             let isNew = tree?.isNew(target) ?? false
             for (name, st) in entries.sorted(by: { $0.name < $1.name }) {
                 let localPath = local + "/" + name
@@ -495,6 +501,19 @@ func describeFileType(_ mode: mode_t) -> String {
     }
 }
 
+/// `bytes` as ``shown(_:)`` shows a name: printable ASCII as it is, a
+/// backslash doubled, every other byte as `\xNN`.
+func escapedBytes(_ bytes: [UInt8]) -> String {
+    bytes.map {
+        $0 == UInt8(ascii: "\\") ? "\\\\" : $0 >= 0x20 && $0 < 0x7f ? String(UnicodeScalar($0)) : "\\x" + hex2($0)
+    }.joined()
+}
+
+private func hex2(_ byte: UInt8) -> String {
+    let digits = Array("0123456789abcdef")
+    return String([digits[Int(byte >> 4)], digits[Int(byte & 15)]])
+}
+
 /// One `locker: warning: …` line on stderr: something the command did
 /// not do, which did not stop it.
 func warn(_ message: String) {
@@ -504,11 +523,15 @@ func warn(_ message: String) {
 /// The entries of `local`, "." and ".." left out, each with what it is
 /// (lstat(2) relative to the directory listed, so a link on the way is
 /// never followed), in readdir(3) order; nil if `local` does not exist.
-/// An entry that vanished before its look is left out.
-func localEntriesIfPresent(of local: String, in tree: LocalTree) throws -> [(name: String, status: stat)]? {
+/// An entry that vanished before its look is left out. `unnamed` lists,
+/// for a warning, the entries whose names are not UTF-8 (shown with their
+/// bytes escaped): a store name is a string, so they cannot be stored.
+func localEntriesIfPresent(of local: String, in tree: LocalTree)
+    throws -> (entries: [(name: String, status: stat)], unnamed: [String])? {
     var entries: [(name: String, status: stat)] = []
+    var unnamed: [String] = []
     do {
-        try readLocalDirectory(local, in: tree) { name, _, directory in
+        try readLocalDirectory(local, in: tree, unnamed: { unnamed.append(shown(local) + "/" + $0) }) { name, _, directory in
             if let st = try localStatus(name, in: directory, path: local + "/" + name) { entries.append((name, st)) }
         }
     } catch let failure as CommandFailure where failure.status == .notFound {
@@ -516,13 +539,16 @@ func localEntriesIfPresent(of local: String, in tree: LocalTree) throws -> [(nam
         // is left out instead.
         return nil
     }
-    return entries
+    return (entries, unnamed)
 }
 
 /// Calls `body` with each entry's name and readdir(3) type, and the
 /// directory's descriptor. A directory that cannot be read is one error
-/// line (66 if it does not exist).
-private func readLocalDirectory(_ local: String, in tree: LocalTree, _ body: (String, UInt8, Int32) throws -> Void) throws {
+/// line (66 if it does not exist). A name that is not UTF-8 goes to
+/// `unnamed` instead, its bytes escaped: decoded with replacement
+/// characters it would name another file, or none.
+private func readLocalDirectory(_ local: String, in tree: LocalTree, unnamed: (String) -> Void = { _ in },
+                                _ body: (String, UInt8, Int32) throws -> Void) throws {
     // Opened as store directories are: `put -r` does not mark the user's
     // directories as read.
     let fd: Int32
@@ -539,7 +565,11 @@ private func readLocalDirectory(_ local: String, in tree: LocalTree, _ body: (St
     // closedir closes `fd` too.
     defer { closedir(stream) }
     while let entry = readdir(stream) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+        let bytes = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix { $0 != 0 }) }
+        guard let name = String(validating: bytes, as: UTF8.self) else {
+            unnamed(escapedBytes(bytes))
+            continue
+        }
         if name == "." || name == ".." { continue }
         try body(name, entry.pointee.d_type, fd)
     }

@@ -462,7 +462,7 @@ struct TreeCLITests {
 
             let put = try f.run(["put", "-r", f.root + "/src-link", "/linked"], timeout: 20)
             #expect(put.status == 0, "\(put)")
-            #expect(put.stdout.contains("Stored 1 object under /linked (4 skipped: not regular files; see the warnings)."), "\(put)")
+            #expect(put.stdout.contains("Stored 1 object under /linked (4 skipped; see the warnings)."), "\(put)")
             let link = "a symbolic link (not followed), not stored"
             for (name, what) in [("dir-link", link), ("file-link", link), ("sub/fifo", "a FIFO, not stored"), ("sub/loop", link)] {
                 #expect(put.stderr.contains("locker: warning: skipped \(f.root)/src-link/\(name): \(what)\n"), "\(name): \(put)")
@@ -475,6 +475,44 @@ struct TreeCLITests {
             let json = try f.ok(["put", "-r", local, "/again", "--json"], timeout: 20)
             let report = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Int]
             #expect(report == ["imported": 1, "skipped": 4, "changed": 0], "\(json)")
+        }
+    }
+
+    /// A name that is not UTF-8 cannot be a store name: `put -r` skips
+    /// such a file or directory with a warning that shows its bytes, and
+    /// counts it (it used to drop the file without a word); an argument
+    /// that is not UTF-8 is a usage error naming the byte, not a lookup
+    /// of another name.
+    @Test func namesThatAreNotUTF8AreSkippedAloud() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = f.root + "/odd"
+            // Made by the shell: a Swift string cannot hold these names.
+            let made = try f.runProgram("/bin/sh", ["-c", """
+                mkdir -p "$1/ok" "$1/d$(printf '\\377')ir" && printf one > "$1/caf$(printf '\\351').txt" \
+                  && printf inner > "$1/d$(printf '\\377')ir/inner" && printf kept > "$1/ok/kept" \
+                  && printf back > "$1/back\\\\slash"
+                """, "sh", local])
+            try #require(made.status == 0, "\(made)")
+            let put = try f.run(["put", "-r", local, "/odd"], timeout: 20)
+            #expect(put.status == 0, "\(put)")
+            #expect(put.stdout == "Stored 2 objects under /odd (2 skipped; see the warnings).\n", "\(put)")
+            let why = "its name is not UTF-8, which store names must be; not stored (rename it to store it)"
+            #expect(put.stderr.contains("locker: warning: skipped \(local)/caf\\xe9.txt: \(why)\n"), "\(put)")
+            #expect(put.stderr.contains("locker: warning: skipped \(local)/d\\xffir: \(why)\n"), "\(put)")
+            #expect(put.stderr.components(separatedBy: "\n").count == 3, "\(put)")
+            #expect(try f.ok(["get", "/odd/ok/kept"]).stdout == "kept")
+            #expect(try f.ok(["get", "/odd/back\\slash"]).stdout == "back")
+            #expect(try f.ok(["ls", "/odd"]).stdout == "back\\\\slash\nok/\n")
+            let json = try f.ok(["put", "-r", local, "/again", "--json"], timeout: 20)
+            let report = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Int]
+            #expect(report == ["imported": 2, "skipped": 2, "changed": 0], "\(json)")
+
+            let single = try f.runProgram("/bin/sh", ["-c", "\"$0\" put \"$1/caf$(printf '\\351').txt\" /x", CLIFixture.lockerPath, local])
+            #expect(single.status == 64, "\(single)")
+            #expect(single.stderr.hasPrefix("locker: error: argument 2, '\(local)/caf\u{FFFD}.txt', is not UTF-8 (byte \(local.utf8.count + 5) is 0xe9)\n"),
+                    "\(single)")
+            #expect(try f.raw(["stat", "/x"]).status == 66)
         }
     }
 
