@@ -189,18 +189,28 @@ public final class Store: @unchecked Sendable {
         Directory(fsPath: namespaceRoot, record: try readDirectoryRecord(namespaceRoot, path: .root), storePath: .root)
     }
 
-    func readDirectoryRecord(_ fsPath: String, path: StorePath) throws -> DirectoryRecord {
+    /// The record of the directory at `path`. Unless `vouching` is false
+    /// (reading a record only for the names it vouches for), the record
+    /// must vouch for `path`'s last name: a record authenticates on its
+    /// own, so one copied or swapped in from a sibling would otherwise
+    /// hand that sibling's default class to objects created here.
+    func readDirectoryRecord(_ fsPath: String, path: StorePath, vouching: Bool = true) throws -> DirectoryRecord {
         let bytes: [UInt8]
         do {
             bytes = try fs.readFile(fsPath + "/.dir", limit: 8 << 10)
         } catch let error as IOError where error.isNotFound {
             throw StoreError.integrity(path: path.description, what: "directory record missing")
         }
+        let record: DirectoryRecord
         do {
-            return try DirectoryRecord.open(bytes, with: metadata)
+            record = try DirectoryRecord.open(bytes, with: metadata)
         } catch {
             throw StoreError.integrity(path: path.description, what: "directory record")
         }
+        guard !vouching || record.names.contains(path.name) else {
+            throw StoreError.integrity(path: path.description, what: "directory record (of another directory)")
+        }
+        return record
     }
 
     /// Whether a file in a namespace directory is a write in progress (or
@@ -919,7 +929,7 @@ public final class Store: @unchecked Sendable {
         }
         var candidates: [String] = []
         if isDirectory {
-            candidates = (try? readDirectoryRecord(fsPath, path: directory.storePath))?.names ?? []
+            candidates = (try? readDirectoryRecord(fsPath, path: directory.storePath, vouching: false))?.names ?? []
         } else if let bytes = try? fs.readFile(fsPath, limit: ObjectHeader.maxFileLength),
                   let header = try? ObjectHeader.open(bytes, with: metadata) {
             candidates = [header.name]

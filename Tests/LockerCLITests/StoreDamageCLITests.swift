@@ -373,6 +373,53 @@ struct StoreDamageCLITests {
         }
     }
 
+    /// A directory record authenticates alone, so one copied over, or
+    /// swapped with, a sibling's must still be refused: otherwise the
+    /// sibling's default class (class D) would go to what is created in a
+    /// class A directory.
+    @Test func directoryRecordsSwappedOrCopiedBetweenSiblings() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.ok(["mkdir", "/secret", "--class", "A"])
+            try f.ok(["mkdir", "/public", "--class", "D"])
+            let ns = f.store + "/ns"
+            let directories = try FileManager.default.contentsOfDirectory(atPath: ns).filter { !$0.hasPrefix(".") }
+            try #require(directories.count == 2, "\(directories)")
+            let (a, b) = (ns + "/" + directories[0], ns + "/" + directories[1])
+            let aRecord = try fileBytes(a + "/.dir"), bRecord = try fileBytes(b + "/.dir")
+
+            // Swapped: both names stay, each with the other's record.
+            try writeBytes(bRecord, to: a + "/.dir")
+            try writeBytes(aRecord, to: b + "/.dir")
+            for path in ["/secret", "/public"] {
+                let stat = try f.raw(["stat", path])
+                #expect(stat.status == 65, "\(stat)")
+                #expect(stat.stderr.hasPrefix("locker: error: integrity failure: \(path): directory record"), "\(stat)")
+            }
+            let local = f.root + "/new.txt"
+            try Data("new".utf8).write(to: URL(fileURLWithPath: local))
+            let put = try f.raw(["put", local, "/secret/new.txt"])
+            #expect(put.status == 65, "\(put)")
+            let verify = try f.raw(["verify"])
+            #expect(verify.status == 65, "\(verify)")
+            let report = String(decoding: verify.stdout, as: UTF8.self)
+            #expect(report.contains("damaged: /secret: directory record"), "\(verify)")
+            #expect(report.contains("damaged: /public: directory record"), "\(verify)")
+
+            // Copied: one record under both names.
+            try writeBytes(bRecord, to: a + "/.dir")
+            try writeBytes(bRecord, to: b + "/.dir")
+            let statuses = try ["/secret", "/public"].map { try f.raw(["stat", $0]).status }
+            #expect(statuses.sorted() == [0, 65], "\(statuses)")
+
+            // Put back, both work again.
+            try writeBytes(aRecord, to: a + "/.dir")
+            try f.ok(["put", local, "/secret/new.txt"])
+            #expect(try f.stat("/secret/new.txt").protection == "complete")
+            #expect(try f.raw(["verify"]).status == 0)
+        }
+    }
+
     @Test func headersCopiedOverOtherObjects() throws {
         try withStoreFixture { f in
             try f.initialize()
