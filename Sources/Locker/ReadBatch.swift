@@ -34,7 +34,8 @@ extension Store {
     /// Unwraps the file keys of entries listed by ``listForFetch(_:)``
     /// together (one request to the agent per 256 keys). Throws what
     /// ``read(_:range:into:)`` would throw for the first entry that cannot
-    /// be read now.
+    /// be read now. Class A and B keys are asked for again when each
+    /// object is read (see ``read(_:into:)``).
     public func prepareReads(_ entries: [FetchEntry]) throws -> [PreparedRead] {
         let headers = entries.map(\.header)
         let fileKeys: [SecretBytes]
@@ -123,8 +124,18 @@ extension Store {
     /// Reads a prepared object whole into `sink`, as ``read(_:range:into:)``
     /// does (and through it, should the object have been replaced since
     /// it was prepared).
+    ///
+    /// A class A or B object's key is asked of the device again here, not
+    /// taken from the batch: a lock whose grace ended after the batch was
+    /// prepared must stop the fetch of every such object not yet started,
+    /// as it stops a single `read` (an open class B object still reads).
     public func read(_ prepared: PreparedRead, into sink: (UnsafeRawBufferPointer) throws -> Void) throws {
         var header = prepared.header
+        let fileKey: SecretBytes
+        switch header.protectionClass {
+        case .complete, .completeUnlessOpen: fileKey = try self.fileKey(for: header)
+        case .completeUntilFirstUserAuthentication, .none: fileKey = prepared.fileKey
+        }
         if header.inlineDataDropped {
             let entry = prepared.entry
             guard let again = try? readHeader(entry.fsPath, name: prepared.path.name, in: entry.directory, path: prepared.path),
@@ -132,7 +143,7 @@ extension Store {
             else { return try read(prepared.path, into: sink) }
             header = again
         }
-        if try readData(prepared.path, header: header, fileKey: prepared.fileKey, range: nil, { try $0.read($1, into: sink) }) {
+        if try readData(prepared.path, header: header, fileKey: fileKey, range: nil, { try $0.read($1, into: sink) }) {
             return
         }
         try read(prepared.path, into: sink)

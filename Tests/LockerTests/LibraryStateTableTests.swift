@@ -108,6 +108,37 @@ import Testing
         #expect(!store.isProtectedDataAvailable)
     }
 
+    /// A batch prepared for fetching (`get -r`, `export`) before a lock
+    /// does not read class A or closed class B objects after it: their
+    /// keys are asked for again at each read. Class C and D read on.
+    @Test func preparedReadsStopAtALockForClassesAAndB() throws {
+        let fixture = LibraryFixture()
+        defer { fixture.cleanUp() }
+        let store = try fixture.open(grace: 5)
+        let device = try #require(store.device)
+        try store.createDirectory(atPath: "/d", withIntermediateDirectories: false)
+        for cls in ProtectionClass.allCases {
+            try store.write(sampleData(1000, seed: Int(cls.rawValue)), to: "/d/\(cls.letter)", options: cls.writingOption)
+        }
+        try store.write(sampleData(1000, seed: 9), to: "/d/open-B", options: ProtectionClass.completeUnlessOpen.writingOption)
+        _ = try store.open(StorePath("/d/open-B"))
+        let prepared = try store.prepareReads(try store.listForFetch(StorePath("/d")).objects)
+        #expect(prepared.count == 5)
+        device.lock(immediately: true)
+        for read in prepared {
+            var bytes = Data()
+            let result = Result { try store.read(read, into: { bytes.append(contentsOf: $0) }) }
+            switch read.path.name {
+            case "A", "B":
+                #expect(throws: DeviceError.self, "\(read.path)") { try result.get() }
+                #expect(bytes.isEmpty, "\(read.path)")
+            default:
+                #expect(throws: Never.self, "\(read.path)") { try result.get() }
+                #expect(bytes.count == 1000, "\(read.path)")
+            }
+        }
+    }
+
     @Test func withoutAPasscodeLockChangesNothing() throws {
         let fixture = LibraryFixture()
         defer { fixture.cleanUp() }
