@@ -200,6 +200,8 @@ public final class Store: @unchecked Sendable {
             bytes = try fs.readFile(fsPath + "/.dir", limit: 8 << 10)
         } catch let error as IOError where error.isNotFound {
             throw StoreError.integrity(path: path.description, what: "directory record missing")
+        } catch let error as IOError where error.errno == EFBIG || error.isNotRegularFile {
+            throw StoreError.integrity(path: path.description, what: "directory record")
         }
         let record: DirectoryRecord
         do {
@@ -300,7 +302,7 @@ public final class Store: @unchecked Sendable {
             bytes = try fs.readFile(fsPath, limit: ObjectHeader.maxFileLength)
         } catch let error as IOError where error.isNotFound {
             throw StoreError.notFound(path.description)
-        } catch let error as IOError where error.errno == EFBIG {
+        } catch let error as IOError where error.errno == EFBIG || error.isNotRegularFile {
             throw StoreError.integrity(path: path.description, what: "header")
         }
         let header: ObjectHeader
@@ -877,6 +879,8 @@ public final class Store: @unchecked Sendable {
                                                    large: header.dataLength > UInt64(OutputFile.directMinimum))
             } catch let error as IOError where error.isNotFound {
                 return false
+            } catch let error as IOError where error.isNotRegularFile {
+                throw StoreError.integrity(path: path.description, what: "data file")
             }
         }
         let wanted = range ?? 0..<header.plaintextLength

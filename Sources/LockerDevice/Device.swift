@@ -153,6 +153,11 @@ public final class Device: @unchecked Sendable {
         // A keybag write lands before the record's; a crash between them
         // leaves the keybag one generation ahead, which is completed here.
         // Anything older is a rollback.
+        // Generations come from authenticated files, but never trap on
+        // them: one at the top of the range is damage, not a crash.
+        guard record.keybagGeneration < UInt64.max, keybag.generation < UInt64.max else {
+            throw DeviceError.integrity("keybag generation")
+        }
         if keybag.generation == record.keybagGeneration + 1 {
             record.keybagGeneration = keybag.generation
             try directory.writeRecord(record, macKey: keys.recordMACKey)
@@ -369,7 +374,8 @@ public final class Device: @unchecked Sendable {
                 nextAttemptAt: PasscodePolicy.nextAttempt(failedAttempts: attempts, lastFailure: Double(record.lastFailureTime)))
         }
         let before = record
-        record.failedAttempts += 1
+        // Saturates: a record at the top of the range stays locked out.
+        record.failedAttempts = record.failedAttempts == .max ? .max : record.failedAttempts + 1
         record.lastFailureTime = Int64(now.rounded(.down))
         try directory.writeRecord(record, macKey: keys.recordMACKey)
 
@@ -492,6 +498,7 @@ public final class Device: @unchecked Sendable {
             try directory.writeRecord(record, macKey: keys.recordMACKey)
         }
         var next = updated
+        guard next.generation < UInt64.max else { throw DeviceError.integrity("keybag generation") }
         next.generation += 1
         try directory.replaceKeybag(next.sealed(with: keys.keybagSealKey!))
         keybag = next

@@ -148,6 +148,8 @@ public struct DeviceDirectory: Sendable {
             return try fileSystem.readFile(path, limit: 64 << 10)
         } catch let error as IOError where error.isNotFound {
             throw what == "device record" ? DeviceError.notInitialized : DeviceError.integrity("\(what) missing")
+        } catch let error as IOError where error.isNotRegularFile || error.errno == EFBIG {
+            throw DeviceError.integrity(what)
         } catch let error as IOError {
             throw DeviceError.io(error)
         }

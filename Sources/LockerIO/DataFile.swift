@@ -56,7 +56,7 @@ public final class DataFile {
     /// (a large object's data file) is not in it. A file that is, or a
     /// kernel that cannot tell, is read through the page cache.
     public static func openForReading(_ path: String, fileSystem: FileSystem, large: Bool = false) throws -> DataFile {
-        let fd = try fileSystem.openForReading(path)
+        let fd = try fileSystem.openRegularFileForReading(path)
         var directFD: Int32?
         if large, let cached = fileSystem.syscalls.cachedPages(fd), let size = try? fileSystem.fstat(fd, path: path).size {
             let page = UInt64(FileSystem.pageSize)

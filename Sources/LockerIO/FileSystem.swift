@@ -20,7 +20,7 @@ public struct FileSystem: Sendable {
 
     /// Reads a whole file of at most `limit` bytes.
     public func readFile(_ path: String, limit: Int = 1 << 20) throws -> [UInt8] {
-        let fd = try openForReading(path)
+        let fd = try openRegularFileForReading(path)
         defer { close(fd) }
         // Sized by the file (one byte more, to see the end in the same
         // read), not the limit: headers are read with a 64 KiB limit and
@@ -85,8 +85,24 @@ public struct FileSystem: Sendable {
     /// systems the overwrite is best effort, so the key's secrecy must not
     /// rest on it alone.
     public func shred(_ path: String) throws {
-        let fd = try open(path, O_WRONLY | O_CLOEXEC)
-        let size = (try? fstat(fd, path: path))?.size ?? 0
+        // Never through a link, and never into anything but a regular
+        // file: the name may have been planted to make this zero another
+        // file, or to block on a FIFO. Such a name is only removed.
+        let opened: Result<Int32, IOError> = Result { () throws(IOError) in
+            try open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        }
+        if case .failure(let error) = opened, error.errno == ELOOP || error.errno == ENXIO {
+            try remove(path)
+            return
+        }
+        let fd = try opened.get()
+        let status = try? fstat(fd, path: path)
+        guard let status, status.isRegularFile else {
+            close(fd)
+            try remove(path)
+            return
+        }
+        let size = status.size
         let zeros = [UInt8](repeating: 0, count: Int(size))
         try? zeros.withUnsafeBytes { try writeAll(fd, $0, path: path) }
         try? fsync(fd, path: path)
@@ -255,6 +271,31 @@ public struct FileSystem: Sendable {
     /// opens without it.
     public func openForReading(_ path: String) throws(IOError) -> Int32 {
         try openForReading(path, extraFlags: 0)
+    }
+
+    /// Opens a file of the store or the device for reading, as
+    /// ``openForReading(_:)`` does, but only a regular file: a link in
+    /// the last component is not followed (ELOOP), and a FIFO planted
+    /// where a header was is not waited on (the open does not block), nor
+    /// is anything else read: both throw an error whose
+    /// ``IOError/isNotRegularFile`` is true.
+    public func openRegularFileForReading(_ path: String) throws(IOError) -> Int32 {
+        let fd = try openForReading(path, extraFlags: O_NONBLOCK | O_NOFOLLOW)
+        let status: FileStatus
+        do {
+            status = try fstat(fd, path: path)
+        } catch {
+            close(fd)
+            throw error
+        }
+        guard status.isRegularFile else {
+            close(fd)
+            throw IOError.notRegularFile(path)
+        }
+        // Reads of a regular file never see O_NONBLOCK; cleared anyway,
+        // so the descriptor is what openForReading would give.
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        return fd
     }
 
     /// Opens `relative` for reading below the directory open as `root`

@@ -20,4 +20,14 @@ public struct IOError: Error, Equatable, Sendable, CustomStringConvertible {
 
     /// The file does not exist.
     public var isNotFound: Bool { errno == ENOENT }
+
+    /// What ``FileSystem/openRegularFileForReading(_:)`` throws for a
+    /// FIFO, device, socket or directory.
+    static func notRegularFile(_ path: String) -> IOError {
+        IOError("open (not a regular file)", path: path, errno: EINVAL)
+    }
+
+    /// A file that had to be a regular one was something else: a
+    /// symbolic link (ELOOP), or see ``notRegularFile(_:)``.
+    public var isNotRegularFile: Bool { errno == ELOOP || operation == "open (not a regular file)" }
 }

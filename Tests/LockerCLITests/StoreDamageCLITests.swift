@@ -420,6 +420,54 @@ struct StoreDamageCLITests {
         }
     }
 
+    /// A FIFO or a symbolic link where a header, a data file or a
+    /// directory record should be is damage, reported at once:
+    /// opening a FIFO for reading would wait for a writer for ever.
+    @Test func specialFilesInTheStoreAreDamageNotAHang() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let small = pseudoRandomBytes(3000, seed: 21)
+            let big = pseudoRandomBytes(3_000_000, seed: 22)
+            let smallHeader = try f.putInline("/small", small)
+            let (bigData, _) = try f.putTracked("/big", big)
+            try f.ok(["mkdir", "/dir"])
+            try f.put("/dir/inside", small)
+            let record = try #require(try FileManager.default.contentsOfDirectory(atPath: f.store + "/ns")
+                .first { !$0.hasPrefix(".") && FileManager.default.fileExists(atPath: f.store + "/ns/" + $0 + "/.dir") })
+            let recordPath = f.store + "/ns/" + record + "/.dir"
+            let originals = [smallHeader: try fileBytes(smallHeader), bigData: try fileBytes(bigData),
+                             recordPath: try fileBytes(recordPath)]
+            func restore() throws {
+                for (path, bytes) in originals {
+                    try? FileManager.default.removeItem(atPath: path)
+                    try writeBytes(bytes, to: path)
+                }
+            }
+            let kinds: [(String, (String) -> Int32)] = [
+                ("FIFO", { mkfifo($0, 0o600) }),
+                ("link", { symlink(f.root, $0) }),
+            ]
+            for (kind, make) in kinds {
+                for path in originals.keys { try FileManager.default.removeItem(atPath: path); #expect(make(path) == 0) }
+                let list = try f.raw(["ls", "/"], timeout: 20)
+                #expect(list.status == 0, "\(kind): \(list)")
+                #expect(String(decoding: list.stdout, as: UTF8.self).contains("small  (damaged: header)"), "\(kind): \(list)")
+                for (path, what) in [("/small", "header"), ("/big", "data file"), ("/dir/inside", "directory record")] {
+                    let get = try f.raw(["get", path, "-"], timeout: 20)
+                    #expect(get.status == 65, "\(kind) \(path): \(get)")
+                    #expect(get.stderr.hasPrefix("locker: error: integrity failure: \(path == "/dir/inside" ? "/dir" : path): \(what)"),
+                            "\(kind) \(path): \(get)")
+                    #expect(get.stdout.isEmpty, "\(kind) \(path)")
+                }
+                let verify = try f.raw(["verify"], timeout: 20)
+                #expect(verify.status == 65, "\(kind): \(verify)")
+                try restore()
+                #expect(try f.raw(["get", "/big", "-"]).stdout == big, "\(kind)")
+            }
+            #expect(try f.raw(["verify", "--read-data"]).status == 0)
+        }
+    }
+
     @Test func headersCopiedOverOtherObjects() throws {
         try withStoreFixture { f in
             try f.initialize()
