@@ -5,6 +5,7 @@ import LockerAgent
 import LockerCrypto
 import LockerDevice
 import LockerFormat
+import LockerIO
 
 /// A protection class as typed on the command line: a canonical name, a
 /// letter A–D, or `untilFirstAuth`.
@@ -66,22 +67,61 @@ struct Init: ParsableCommand {
         }
         // Nor is a store put into a directory of other files.
         try Store.checkDirectory(store, create: true)
-        let client = try global.client(creatingDevice: true)
         // A store left by another device (or by this one before a wipe)
         // could never be read by the new device: every later command would
-        // fail on it. Refused before the device is made. (Over a live
-        // device, initialize refuses on its own.)
+        // fail on it. Refused before the device is made: here when there is
+        // no device yet, below when its agent must say whether it was
+        // wiped. (Over a live device, initialize refuses on its own.)
+        let foreignStore = CommandFailure(
+            .alreadyExists,
+            "the store \(global.storePath) holds objects of another device, or of one wiped since; a new device could never read them",
+            hint: "delete it ('rm -r \(global.storePath)') if its device was wiped, or give a new --store")
+        let fileSystem = FileSystem()
+        // The outermost directory each path will make, if any: what a
+        // refused init removes.
+        func madeFor(_ path: String) throws -> String? {
+            var made: String?
+            var current = path
+            while current != "/", try fileSystem.status(current) == nil {
+                made = current
+                current = (current as NSString).deletingLastPathComponent
+            }
+            return made
+        }
+        let newDevice = try madeFor(device)
+        let newStore = try madeFor(store)
+        let deviceIsNew = newDevice != nil
+        if deviceIsNew, Self.holdsObjects(store: store) { throw foreignStore }
+        let client = try global.client(creatingDevice: true)
+        do {
+            try initialize(client, refusing: foreignStore)
+        } catch {
+            // A refused init leaves nothing behind that it made: the
+            // agent it started, the device directory, the store directory.
+            if let newDevice {
+                if let pid = try? client.agentProcessID() { Self.stop(agent: pid) }
+                try? fileSystem.removeTree(newDevice)
+            }
+            if let newStore { try? fileSystem.removeTree(newStore) }
+            throw error
+        }
+    }
+
+    /// Stops an agent this command started (SIGTERM: it wipes its keys
+    /// and removes its socket), waiting up to two seconds for it to go.
+    static func stop(agent pid: Int32) {
+        guard kill(pid, SIGTERM) == 0 else { return }
+        for _ in 0..<200 where kill(pid, 0) == 0 { usleep(10_000) }
+    }
+
+    private func initialize(_ client: AgentClient, refusing foreignStore: CommandFailure) throws {
         let live: Bool
         do {
             live = try client.status().state != .wiped
         } catch DeviceError.notInitialized {
             live = false
         }
-        if !live, Self.holdsObjects(store: global.storePath) {
-            throw CommandFailure(.alreadyExists,
-                                 "the store \(global.storePath) holds objects of another device, or of one wiped since; a new device could never read them",
-                                 hint: "delete it ('rm -r \(global.storePath)') if its device was wiped, or give a new --store")
-        }
+        if !live, Self.holdsObjects(store: global.storePath) { throw foreignStore }
         let passcode = noPasscode ? nil : try PasscodeInput(fromStandardInput: passcodeStdin)
             .read(prompt: "New passcode: ", confirm: true)
         try client.initialize(passcode: passcode, options: Device.Options(

@@ -248,6 +248,40 @@ struct StoreCLITests {
     /// A mistyped `--device` or `--store` fails and creates nothing: no
     /// directory chain, no agent, no empty store shown as if it were the
     /// user's, and nothing written into a directory of other files.
+    /// An `init` that is refused leaves nothing it made: no device
+    /// directory, no agent, no store directory.
+    @Test func aRefusedInitLeavesNothing() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/x", Data("mine".utf8), ["--class", "D"])
+            // The store of another device.
+            let other = f.root + "/other-device"
+            let foreign = try f.run(["init", "--no-passcode", "--device", other])
+            #expect(foreign.status == 73, "\(foreign)")
+            #expect(!FileManager.default.fileExists(atPath: other), "\(foreign)")
+            #expect(agentProcesses(serving: other).isEmpty)
+            // A store refused only after the device was made (a link to
+            // a directory holding the device).
+            let real = f.root + "/real"
+            try FileManager.default.createDirectory(atPath: real, withIntermediateDirectories: false)
+            try #require(symlink(real, f.root + "/link") == 0)
+            let inside = real + "/device"
+            let linked = try f.run(["init", "--no-passcode", "--device", inside, "--store", f.root + "/link"])
+            #expect(linked.status != 0, "\(linked)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: real) == [], "\(linked)")
+            #expect(agentProcesses(serving: inside).isEmpty)
+            // No passcode given: nothing made, not the store nor the
+            // directories on the way to either.
+            let fresh = f.root + "/fresh"
+            let none = try f.run(["init", "--passcode-stdin", "--device", fresh + "/a/device", "--store", fresh + "/b/store"], stdin: "")
+            #expect(none.status == 64, "\(none)")
+            #expect(!FileManager.default.fileExists(atPath: fresh), "\(none)")
+            #expect(agentProcesses(serving: fresh + "/a/device").isEmpty)
+            // The first device is untouched.
+            #expect(try f.ok(["get", "/x"]).stdout == "mine")
+        }
+    }
+
     @Test func aMistypedDeviceOrStoreCreatesNothing() throws {
         try withStoreFixture { f in
             let typo = f.root + "/typo/a/b"
