@@ -71,6 +71,33 @@ struct GlobalOptions: ParsableArguments {
         return URL(fileURLWithPath: joined).standardizedFileURL.path
     }
 
+    /// Refuses a local DEST in the store or the device directory (or
+    /// below a link into either): the plaintext written there would lie
+    /// beside the ciphertext, on the disk an attacker with the store or
+    /// the device directory has, and the store would take it for damage.
+    func refuseDestinationInside(_ destination: String) throws {
+        var probe = Self.absolute(destination)
+        while probe != "/", !FileManager.default.fileExists(atPath: probe) {
+            probe = (probe as NSString).deletingLastPathComponent
+        }
+        guard let resolved = Self.resolved(probe) else { return }
+        for (directory, what) in [(storePath, "store"), (devicePath, "device directory")] {
+            guard let base = Self.resolved(directory) else { continue }
+            if resolved == base || resolved.hasPrefix(base == "/" ? "/" : base + "/") {
+                throw CommandFailure(.usage, "\(destination) is inside the \(what) \(directory): fetched plaintext must not be written there",
+                                     hint: "give a destination outside \(directory)")
+            }
+        }
+    }
+
+    /// `path` with every link resolved (realpath(3)), or nil if it
+    /// cannot be.
+    static func resolved(_ path: String) -> String? {
+        guard let pointer = realpath(path, nil) else { return nil }
+        defer { free(pointer) }
+        return String(cString: pointer)
+    }
+
     /// A client for this device's agent, starting the agent if needed.
     /// Unless `creatingDevice` (`init`), a directory that holds no device
     /// is refused first: a mistyped `--device` must not leave a directory

@@ -729,6 +729,7 @@ struct Get: ParsableCommand {
     private func transfer() throws {
         let store = try global.openStore()
         let source = try storePath(path, in: store)
+        if let destination, destination != "-", !destination.isEmpty { try global.refuseDestinationInside(destination) }
         if r {
             guard let destination, destination != "-", !destination.isEmpty else {
                 throw CommandFailure(.usage, "-r needs a local directory as DEST")
@@ -1723,6 +1724,7 @@ struct Export: ParsableCommand {
             throw CommandFailure(.alreadyExists, "/manifest.json in the store collides with the export's manifest",
                                  hint: "move it first, for example 'locker mv /manifest.json /manifest.json.orig'")
         }
+        if !destination.isEmpty { try global.refuseDestinationInside(destination) }
         try makeLocalDirectory(destination, mode: 0o700)
         // Each directory is made from its parent, through no link, and
         // written into by descriptor (``LocalDestination``); one open at a

@@ -248,6 +248,37 @@ struct StoreCLITests {
     /// A mistyped `--device` or `--store` fails and creates nothing: no
     /// directory chain, no agent, no empty store shown as if it were the
     /// user's, and nothing written into a directory of other files.
+    /// `get`, `get -r` and `export` refuse a destination in the store or
+    /// the device directory, also through a link: plaintext must not land
+    /// beside the ciphertext.
+    @Test func fetchingIntoTheStoreOrDeviceIsRefused() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/x", Data("plain".utf8), ["--class", "D"])
+            try #require(symlink(f.store + "/ns", f.root + "/into-store") == 0)
+            let attempts: [[String]] = [
+                ["get", "/x", f.store + "/x"], ["get", "/x", f.store + "/"], ["get", "-r", "/", f.store + "/tree"],
+                ["export", f.store + "/exported"], ["get", "/x", f.root + "/into-store/x"],
+                ["get", "/x", f.device + "/x"], ["export", f.device + "/new/deeper"],
+            ]
+            for arguments in attempts {
+                let r = try f.run(arguments)
+                #expect(r.status == 64, "\(r)")
+                #expect(r.stderr.contains("fetched plaintext must not be written there"), "\(r)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: f.store + "/x"))
+            #expect(!FileManager.default.fileExists(atPath: f.store + "/tree"))
+            #expect(!FileManager.default.fileExists(atPath: f.store + "/exported"))
+            #expect(!FileManager.default.fileExists(atPath: f.store + "/ns/x"))
+            #expect(!FileManager.default.fileExists(atPath: f.device + "/x"))
+            #expect(!FileManager.default.fileExists(atPath: f.device + "/new"))
+            #expect(try f.run(["verify"]).status == 0)
+            // Beside the store is fine.
+            try f.ok(["get", "/x", f.root + "/beside"])
+            #expect(FileManager.default.contents(atPath: f.root + "/beside") == Data("plain".utf8))
+        }
+    }
+
     /// An `init` that is refused leaves nothing it made: no device
     /// directory, no agent, no store directory.
     @Test func aRefusedInitLeavesNothing() throws {
