@@ -1654,7 +1654,7 @@ struct Open: ParsableCommand {
 
     func run() throws {
         let store = try global.openStore()
-        let info = try store.open(try storePath(path, in: store))
+        let info = try objectsOnly { try store.open(try storePath(path, in: store)) }
         print("Opened \(shown(info.path.description)) (\(info.protectionClass.canonicalName)).")
     }
 }
@@ -1669,7 +1669,17 @@ struct Close: ParsableCommand {
 
     func run() throws {
         let store = try global.openStore()
-        try store.close(try storePath(path, in: store))
+        try objectsOnly { try store.close(try storePath(path, in: store)) }
+    }
+}
+
+/// `body`, for `open` and `close`, which take one object: a directory is
+/// an error without the usual hint (they have no -r).
+private func objectsOnly<T>(_ body: () throws -> T) throws -> T {
+    do {
+        return try body()
+    } catch StoreError.isADirectory(let path) {
+        throw CommandFailure(.failure, "\(path) is a directory; only an object can be opened or closed")
     }
 }
 

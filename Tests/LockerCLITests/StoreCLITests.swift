@@ -664,6 +664,12 @@ struct StoreCLITests {
             // The new versions were never opened.
             expectProtectedDataUnavailable(try f.raw(["get", "/replaced"]))
             expectProtectedDataUnavailable(try f.raw(["get", "/tree/replaced"]))
+            // A directory cannot be opened, and the error offers no -r.
+            for command in ["open", "close"] {
+                let r = try f.run([command, "/tree"])
+                #expect(r.status == 1, "\(r)")
+                #expect(r.stderr == "locker: error: /tree is a directory; only an object can be opened or closed\n", "\(r)")
+            }
         }
     }
 
