@@ -156,9 +156,14 @@ func publishBuiltDirectory(_ name: String, from: OpenDirectory, to target: Strin
 /// unless `isEmpty`, and its name removed only while it still holds it, so
 /// that a directory renamed there meanwhile is left alone, contents and all.
 func removeBuiltDirectory(_ built: OpenDirectory, named name: String, in parent: OpenDirectory, isEmpty: Bool = false) {
-    if !isEmpty { try? built.removeContents() }
-    if let there = try? parent.status(of: name), there.isSameFile(as: built.status) {
-        try? parent.removeDirectory(name)
+    // A few times: on a second signal the process ends without waiting
+    // for the fetch's writer threads, which may create a file in it after
+    // its contents went and before it is removed.
+    for attempt in 0..<50 {
+        if !isEmpty { try? built.removeContents() }
+        guard let there = try? parent.status(of: name), there.isSameFile(as: built.status) else { return }
+        if (try? parent.removeDirectory(name)) != nil { return }
+        if attempt > 0 { usleep(1_000) }
     }
 }
 
