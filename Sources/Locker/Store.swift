@@ -572,6 +572,13 @@ public final class Store: @unchecked Sendable {
     /// Removes an object, or a directory (which must be empty unless
     /// `recursive`).
     public func remove(_ path: StorePath, recursive: Bool = false) throws {
+        var open: Set<String>?
+        try remove(path, recursive: recursive, open: &open)
+    }
+
+    /// `open`: the device's open object IDs, asked for once, at the first
+    /// object removed, not once per object of a tree.
+    private func remove(_ path: StorePath, recursive: Bool, open: inout Set<String>?) throws {
         guard !path.isRoot else { throw StoreError.invalidPath("the root cannot be removed") }
         let parent = try directory(at: path.parent)
         let fsPath = try entryPath(path.name, in: parent)
@@ -587,14 +594,15 @@ public final class Store: @unchecked Sendable {
             let header = try? readHeader(fsPath, name: path.name, in: parent, path: path)
             try fs.remove(fsPath)
             if let header {
-                forgetOpen([header.objectID])
+                if open == nil { open = openObjectIDs() }
+                forgetOpen([header.objectID], open: open!)
                 if !header.isInline { try fs.remove(dataPath(header.objectID)) }
             }
         case .directory:
             let names = try fs.contentsOfDirectory(fsPath).filter { $0 != ".dir" && !$0.hasPrefix(".tmp-") }
             if !names.isEmpty {
                 guard recursive else { throw StoreError.directoryNotEmpty(path.description) }
-                for item in try list(path) { try remove(item.path, recursive: true) }
+                for item in try list(path) { try remove(item.path, recursive: true, open: &open) }
             }
             let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
@@ -800,11 +808,21 @@ public final class Store: @unchecked Sendable {
     /// object that is gone is a key kept for nothing. Best effort: the
     /// change itself has already been made.
     func forgetOpen(_ objectIDs: [[UInt8]]) {
-        guard !objectIDs.isEmpty, let open = try? keys.status().openObjects, !open.isEmpty else { return }
-        let ids = Set(open.map(\.id))
-        for id in objectIDs.map(Self.hex) where ids.contains(id) {
+        guard !objectIDs.isEmpty else { return }
+        forgetOpen(objectIDs, open: openObjectIDs())
+    }
+
+    /// ``forgetOpen(_:)`` with the open object IDs already asked for.
+    func forgetOpen(_ objectIDs: [[UInt8]], open: Set<String>) {
+        guard !open.isEmpty else { return }
+        for id in objectIDs.map(Self.hex) where open.contains(id) {
             try? keys.close(objectID: id)
         }
+    }
+
+    /// The IDs of the objects the device holds open; none if it cannot say.
+    func openObjectIDs() -> Set<String> {
+        Set(((try? keys.status().openObjects) ?? []).map(\.id))
     }
 
     /// Lowercase hex, as object IDs are named on disk and on the wire.

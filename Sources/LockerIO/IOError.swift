@@ -24,10 +24,12 @@ public struct IOError: Error, Equatable, Sendable, CustomStringConvertible {
     /// What ``FileSystem/openRegularFileForReading(_:)`` throws for a
     /// FIFO, device, socket or directory.
     static func notRegularFile(_ path: String) -> IOError {
-        IOError("open (not a regular file)", path: path, errno: EINVAL)
+        IOError(notRegularFileOperation, path: path, errno: EINVAL)
     }
+
+    private static let notRegularFileOperation = "open (not a regular file)"
 
     /// A file that had to be a regular one was something else: a
     /// symbolic link (ELOOP), or see ``notRegularFile(_:)``.
-    public var isNotRegularFile: Bool { errno == ELOOP || operation == "open (not a regular file)" }
+    public var isNotRegularFile: Bool { errno == ELOOP || operation == Self.notRegularFileOperation }
 }

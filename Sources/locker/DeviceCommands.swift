@@ -58,10 +58,7 @@ struct Init: ParsableCommand {
         // The device secret stays outside the store (and the store outside
         // the device directory); refused before anything is made.
         let device = global.devicePath, store = global.storePath
-        func within(_ inner: String, _ outer: String) -> Bool {
-            inner == outer || inner.hasPrefix(outer == "/" ? "/" : outer + "/")
-        }
-        if within(device, store) || within(store, device) {
+        if GlobalOptions.isWithin(device, store) || GlobalOptions.isWithin(store, device) {
             throw CommandFailure(.usage, "the device directory \(device) and the store \(store) must be apart, neither inside the other",
                                  hint: "give --device and --store separate directories")
         }
@@ -90,8 +87,7 @@ struct Init: ParsableCommand {
         }
         let newDevice = try madeFor(device)
         let newStore = try madeFor(store)
-        let deviceIsNew = newDevice != nil
-        if deviceIsNew, Self.holdsObjects(store: store) { throw foreignStore }
+        if newDevice != nil, Self.holdsObjects(store: store) { throw foreignStore }
         let client = try global.client(creatingDevice: true)
         do {
             try initialize(client, refusing: foreignStore)

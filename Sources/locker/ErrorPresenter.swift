@@ -67,13 +67,36 @@ func shown(_ text: String) -> String {
         case "\n": out += "\\n"
         case "\t": out += "\\t"
         case "\r": out += "\\r"
-        case _ where scalar.value < 0x80 && isControl(scalar):
-            out += "\\x" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16)
+        case _ where scalar.value < 0x80 && isControl(scalar): out += byteEscape(UInt8(scalar.value))
         case _ where isControl(scalar): out += "\\u{" + String(scalar.value, radix: 16) + "}"
         default: out.unicodeScalars.append(scalar)
         }
     }
     return out
+}
+
+/// Bytes that may not be UTF-8 (a local file name) as ``shown(_:)``
+/// shows a name: each character that is UTF-8 through `shown`, each
+/// other byte as `\xNN`.
+func escapedBytes(_ bytes: [UInt8]) -> String {
+    var out = ""
+    var i = 0
+    while i < bytes.count {
+        let start = i
+        if let length = (1...4).first(where: { start + $0 <= bytes.count && String(validating: bytes[start..<start + $0], as: UTF8.self) != nil }) {
+            out += shown(String(decoding: bytes[start..<start + length], as: UTF8.self))
+            i += length
+        } else {
+            out += byteEscape(bytes[start])
+            i += 1
+        }
+    }
+    return out
+}
+
+/// `\xNN`, lowercase.
+private func byteEscape(_ byte: UInt8) -> String {
+    "\\x" + (byte < 0x10 ? "0" : "") + String(byte, radix: 16)
 }
 
 /// C0, DEL, C1, and the bidirectional overrides and isolates, which

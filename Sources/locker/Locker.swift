@@ -83,11 +83,16 @@ struct GlobalOptions: ParsableArguments {
         guard let resolved = Self.resolved(probe) else { return }
         for (directory, what) in [(storePath, "store"), (devicePath, "device directory")] {
             guard let base = Self.resolved(directory) else { continue }
-            if resolved == base || resolved.hasPrefix(base == "/" ? "/" : base + "/") {
+            if Self.isWithin(resolved, base) {
                 throw CommandFailure(.usage, "\(destination) is inside the \(what) \(directory): fetched plaintext must not be written there",
                                      hint: "give a destination outside \(directory)")
             }
         }
+    }
+
+    /// Whether the absolute path `inner` is `outer` or below it.
+    static func isWithin(_ inner: String, _ outer: String) -> Bool {
+        inner == outer || inner.hasPrefix(outer == "/" ? "/" : outer + "/")
     }
 
     /// `path` with every link resolved (realpath(3)), or nil if it

@@ -501,19 +501,6 @@ func describeFileType(_ mode: mode_t) -> String {
     }
 }
 
-/// `bytes` as ``shown(_:)`` shows a name: printable ASCII as it is, a
-/// backslash doubled, every other byte as `\xNN`.
-func escapedBytes(_ bytes: [UInt8]) -> String {
-    bytes.map {
-        $0 == UInt8(ascii: "\\") ? "\\\\" : $0 >= 0x20 && $0 < 0x7f ? String(UnicodeScalar($0)) : "\\x" + hex2($0)
-    }.joined()
-}
-
-private func hex2(_ byte: UInt8) -> String {
-    let digits = Array("0123456789abcdef")
-    return String([digits[Int(byte >> 4)], digits[Int(byte & 15)]])
-}
-
 /// One `locker: warning: …` line on stderr: something the command did
 /// not do, which did not stop it.
 func warn(_ message: String) {

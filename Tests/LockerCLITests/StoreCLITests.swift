@@ -650,8 +650,11 @@ struct StoreCLITests {
             try f.put("/gone", bytes, ["--class", "B"])
             try f.put("/replaced", bytes, ["--class", "B"])
             try f.put("/tree/replaced", bytes, ["--class", "B"])
-            for path in ["/gone", "/replaced", "/tree/replaced"] { try f.ok(["open", path]) }
+            try f.put("/bulk/a", bytes, ["--class", "B"])
+            try f.put("/bulk/deeper/b", bytes, ["--class", "B"])
+            for path in ["/gone", "/replaced", "/tree/replaced", "/bulk/a", "/bulk/deeper/b"] { try f.ok(["open", path]) }
             try f.ok(["rm", "/gone"])
+            try f.ok(["rm", "-r", "/bulk"])
             try f.put("/replaced", bytes, ["--class", "B"])
             let tree = f.root + "/tree"
             try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
