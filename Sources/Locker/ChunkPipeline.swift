@@ -190,9 +190,11 @@ final class ObjectWriter {
     /// keeps the data in memory, and creates no file, when the whole
     /// object's data takes at most `inlineLimit` bytes; otherwise it calls
     /// `makeFile` once, before the first write, and returns that file too.
+    /// `recheck`, if given, is passed before each batch is sealed: a write
+    /// that outlasts its class key stops there.
     func write(from source: (UnsafeMutableRawBufferPointer) throws -> Int, inlineLimit: Int,
                file makeFile: () throws -> DataFile, progress: ((UInt64) -> Void)?,
-               sync: Bool = true) throws -> (result: Result, inlineData: [UInt8]?, file: DataFile?) {
+               sync: Bool = true, recheck: KeyRecheck? = nil) throws -> (result: Result, inlineData: [UInt8]?, file: DataFile?) {
         var created: DataFile?
         func file() throws -> DataFile {
             if let created { return created }
@@ -254,6 +256,7 @@ final class ObjectWriter {
                 // the probe byte would have found the end.
                 preconditionFailure("empty batch after a non-final one")
             }
+            try recheck?.pass()
             // Wait until the write that last used this record set is done.
             pending[set].wait()
             if let error = writeState?.error { throw error }
@@ -467,12 +470,17 @@ final class ObjectReader {
     private let file: any ChunkSource
     private let openers: [ChunkOpener]
     private let batch: Int
+    private let recheck: KeyRecheck?
     private var offsets: [UInt64] = []
     private var lengths: [UInt32] = []
 
-    init(header: ObjectHeader, fileKey: SecretBytes, file: any ChunkSource, workers: Int) throws {
+    /// `recheck`, if given, is passed before each batch or run of chunks
+    /// is opened: a read that outlasts its key stops there.
+    init(header: ObjectHeader, fileKey: SecretBytes, file: any ChunkSource, workers: Int,
+         recheck: KeyRecheck? = nil) throws {
         self.header = header
         self.file = file
+        self.recheck = recheck
         let batch = max(2, workers * 2)
         self.batch = batch
         let chunkKey = try ChunkLayout.chunkKey(fileKey: fileKey)
@@ -525,6 +533,7 @@ final class ObjectReader {
         }
         var index = first
         while index <= last {
+            try recheck?.pass()
             let n = Int(min(UInt64(batch), last - index + 1))
             // The records of a batch are contiguous: one read.
             let start = offsets[Int(index)]
@@ -593,6 +602,7 @@ final class ObjectReader {
                 let runStart = runFirst * chunkSize
                 var runEnd = runStart
                 do {
+                    try recheck?.pass()
                     // The run's records are contiguous: one read.
                     let start = offsets[Int(runFirst)]
                     let end = offsets[Int(runLast)] + UInt64(lengths[Int(runLast)])

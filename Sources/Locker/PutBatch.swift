@@ -191,7 +191,11 @@ extension Store {
                     // it is not garbage yet.
                     if !targets[i].inTree { try file.holdWriteLock() }
                     return file
-                }, progress: nil, sync: false)
+                }, progress: nil, sync: false, recheck: KeyRecheck { [keys] in
+                    // A file large enough to outlast the batch's wrap:
+                    // its class must still take new objects.
+                    _ = try keys.wrap(fileKey: fileKeys[i], for: targets[i].protection)
+                })
                 let now = Self.now()
                 var header = ObjectHeader(
                     parentID: targets[i].parent.record.directoryID, name: items[i].path.name,

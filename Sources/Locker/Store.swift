@@ -747,7 +747,7 @@ public final class Store: @unchecked Sendable {
                 // nothing; the lock tells a verifier it is not garbage yet.
                 try created.holdWriteLock()
                 return created
-            }, progress: progress)
+            }, progress: progress, recheck: KeyRecheck { [keys, cls] in _ = try keys.wrap(fileKey: fileKey, for: cls) })
             if file != nil { try fs.syncDirectory(dataDirectory) }
 
             let now = Self.now()
@@ -906,7 +906,11 @@ public final class Store: @unchecked Sendable {
             throw StoreError.invalidPath("range \(wanted.lowerBound)-\(wanted.upperBound) is past the end of \(path) (\(header.plaintextLength) bytes)")
         }
         do {
-            let reader = try ObjectReader(header: header, fileKey: fileKey, file: file, workers: options.workers)
+            // The key is asked for again while the read goes on, so a
+            // lock, reboot or wipe stops it (see KeyRecheck).
+            let recheck = KeyRecheck { [self] in _ = try self.fileKey(for: header) }
+            let reader = try ObjectReader(header: header, fileKey: fileKey, file: file, workers: options.workers,
+                                          recheck: recheck)
             try body(reader, wanted)
         } catch is CryptoError {
             throw StoreError.integrity(path: path.description, what: "data")

@@ -719,6 +719,55 @@ struct StoreCLITests {
         }
     }
 
+    /// A `get` already under way when the grace period ends stops for a
+    /// class A object (exit 75) and goes on for a class C one. The get
+    /// writes into a pipe nobody reads, so it waits in its first batch
+    /// while the device locks; the pipe is drained after the recheck
+    /// interval has passed.
+    @Test func aGetUnderWayStopsWhenGraceEnds() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let bytes = sampleBytes("long read", size: 8 << 20)
+            try f.put("/a", bytes, ["--class", "A"])
+            try f.put("/c", bytes, ["--class", "C"])
+            for name in ["a", "c"] {
+                if try f.status().state != "unlocked" { try f.ok(["unlock", "--passcode-stdin"], stdin: "1234\n") }
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: CLIFixture.lockerPath)
+                process.arguments = ["get", "/\(name)", "-"]
+                process.environment = f.environment
+                process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+                let errors = Pipe()
+                let out = Pipe()
+                process.standardOutput = out
+                process.standardError = errors
+                try process.run()
+                try? out.fileHandleForWriting.close()
+                try? errors.fileHandleForWriting.close()
+                // The first bytes show the read has its key; the pipe
+                // (64 KiB) is then full until it is read again.
+                let first = try #require(try out.fileHandleForReading.read(upToCount: 1))
+                try f.ok(["lock", "--now"])
+                Thread.sleep(forTimeInterval: 0.8)
+                let rest = out.fileHandleForReading.readDataToEndOfFile()
+                let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                process.waitUntilExit()
+                try? out.fileHandleForReading.close()
+                try? errors.fileHandleForReading.close()
+                let got = first + rest
+                if name == "a" {
+                    #expect(process.terminationStatus == 75, "\(message)")
+                    #expect(message.hasPrefix("locker: error: ") && message.contains("protected data unavailable"), "\(message)")
+                    #expect(got.count < bytes.count, "\(got.count) bytes")
+                    #expect(got == bytes.prefix(got.count))
+                } else {
+                    #expect(process.terminationStatus == 0, "\(message)")
+                    #expect(got == bytes)
+                }
+            }
+        }
+    }
+
     // MARK: Inheritance
 
     @Test func classesAreInheritedFromTheNearestDirectory() throws {
