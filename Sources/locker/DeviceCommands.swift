@@ -324,14 +324,17 @@ struct StatusReport: Encodable {
 struct Passwd: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Change the passcode, or set one on a device without. Rewraps the class keys only; no object is rewritten.",
-        discussion: "Prompts for the current and the new passcode on a terminal; otherwise reads them as two lines on standard input. On a device without a passcode, asks only for the new one (one line on standard input), and every object stays readable.")
+        discussion: "Prompts for the current and the new passcode on a terminal; otherwise, or with --passcode-stdin, reads them as two lines on standard input. On a device without a passcode, asks only for the new one (one line on standard input), and every object stays readable.")
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var noPasscodeArguments: NoPasscodeArguments
 
+    @Flag(help: "Read the passcodes as lines from standard input, even from a terminal.")
+    var passcodeStdin = false
+
     func run() throws {
         let client = try global.client()
-        let input = PasscodeInput(fromStandardInput: false)
+        let input = PasscodeInput(fromStandardInput: passcodeStdin)
         // A device without a passcode gets its first one; its objects stay
         // readable (a reset would make A, B and C unreadable).
         let first = try !client.status().passcodeSet
@@ -345,13 +348,16 @@ struct Passwd: ParsableCommand {
 struct Reset: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "For a forgotten passcode: new class A, B and C keys under a new passcode. Class D survives.",
-        discussion: "Objects of classes A, B and C made before the reset can never be read again; they fail with exit code 69 until purged. Prompts for the new passcode on a terminal (twice), otherwise reads one line from standard input.")
+        discussion: "Objects of classes A, B and C made before the reset can never be read again; they fail with exit code 69 until purged. Prompts for the new passcode on a terminal (twice); otherwise, or with --passcode-stdin, reads one line from standard input.")
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var noPasscodeArguments: NoPasscodeArguments
 
     @Flag(help: "Confirm that every class A, B and C object stored so far becomes unreadable.")
     var yes = false
+
+    @Flag(help: "Read the new passcode as one line from standard input, even from a terminal.")
+    var passcodeStdin = false
 
     func validate() throws {
         // As `wipe`: what it destroys cannot be had back, so it is not done
@@ -363,7 +369,7 @@ struct Reset: ParsableCommand {
 
     func run() throws {
         let client = try global.client()
-        let passcode = try PasscodeInput(fromStandardInput: false).read(prompt: "New passcode: ", confirm: true)
+        let passcode = try PasscodeInput(fromStandardInput: passcodeStdin).read(prompt: "New passcode: ", confirm: true)
         try client.reset(newPasscode: passcode)
         let status = try client.status()
         print("Reset: class keys are now generation \(status.keyGeneration). Older class A, B and C objects are unreadable.")

@@ -129,7 +129,7 @@ struct Put: ParsableCommand {
     @Option(help: ArgumentHelp("The protection class: a canonical name, A–D or untilFirstAuth.", valueName: "CLASS"))
     var `class`: ClassArgument?
 
-    @Flag(name: .short, help: "Import a local directory tree.")
+    @Flag(name: [.customShort("r"), .customLong("recursive")], help: "Import a local directory tree.")
     var r = false
 
     func run() throws {
@@ -685,8 +685,14 @@ struct Get: ParsableCommand {
     @Option(help: ArgumentHelp("Bytes START through END, inclusive.", valueName: "START-END"))
     var range: String?
 
-    @Flag(name: .short, help: "Fetch a directory tree.")
+    @Flag(name: [.customShort("r"), .customLong("recursive")], help: "Fetch a directory tree.")
     var r = false
+
+    func validate() throws {
+        // A tree has no one byte range; fetching the whole tree instead
+        // would write what was not asked for.
+        if r && range != nil { throw ValidationError("--range applies to one object, not to a tree (-r)") }
+    }
 
     func parseRange(size: UInt64) throws -> Range<UInt64>? {
         guard let range else { return nil }
@@ -1532,7 +1538,7 @@ struct SetClass: ParsableCommand {
     @Argument(help: "A canonical name, A–D, untilFirstAuth, or (directories) inherit.")
     var `class`: String
 
-    @Flag(help: "For a directory: also rewrap every object below it.")
+    @Flag(name: [.short, .long], help: "For a directory: also rewrap every object below it.")
     var recursive = false
 
     func run() throws {
@@ -1593,7 +1599,7 @@ struct Remove: ParsableCommand {
     @Argument(help: "The path to remove.")
     var path: String
 
-    @Flag(name: .short, help: "Remove a directory and everything below it.")
+    @Flag(name: [.customShort("r"), .customLong("recursive")], help: "Remove a directory and everything below it.")
     var r = false
 
     func run() throws {

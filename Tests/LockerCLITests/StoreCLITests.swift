@@ -122,6 +122,43 @@ struct StoreCLITests {
         }
     }
 
+    /// `-r` and `--recursive` are one flag on every command that takes
+    /// either; `passwd` and `reset` take `--passcode-stdin` as `init` and
+    /// `unlock` do; `get -r` refuses `--range` rather than fetch the whole
+    /// tree.
+    @Test func flagsAreSpelledAlikeAcrossCommands() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = f.root + "/tree"
+            try FileManager.default.createDirectory(atPath: local + "/sub", withIntermediateDirectories: true)
+            try Data("x".utf8).write(to: URL(fileURLWithPath: local + "/sub/x"))
+            try f.ok(["put", "--recursive", local, "/t"])
+            try f.ok(["put", "-r", local, "/u"])
+            try f.ok(["setclass", "/t", "D", "-r"])
+            #expect(try f.stat("/t/sub/x").protection == "none")
+            try f.ok(["setclass", "/u", "D", "--recursive"])
+            #expect(try f.stat("/u/sub/x").protection == "none")
+
+            let ranged = try f.raw(["get", "-r", "/t", f.root + "/ranged", "--range", "0-0"])
+            #expect(ranged.status == 64, "\(ranged)")
+            #expect(ranged.stderr.contains("--range applies to one object"), "\(ranged)")
+            #expect(!FileManager.default.fileExists(atPath: f.root + "/ranged"))
+            try f.ok(["get", "--recursive", "/t", f.root + "/out"])
+            #expect(FileManager.default.contents(atPath: f.root + "/out/sub/x") == Data("x".utf8))
+            try f.ok(["rm", "--recursive", "/t"])
+            try f.ok(["rm", "-r", "/u"])
+            #expect(try f.ok(["ls", "/"]).stdout.isEmpty)
+
+            try f.ok(["passwd", "--passcode-stdin"], stdin: "1234\n5678\n")
+            try f.ok(["reboot"])
+            #expect(try f.raw(["unlock", "--passcode-stdin"], stdinPath: f.localFile(Data("1234\n".utf8))).status == 77)
+            try f.ok(["unlock", "--passcode-stdin"], stdin: "5678\n")
+            try f.ok(["reset", "--yes", "--passcode-stdin"], stdin: "9012\n")
+            try f.ok(["reboot"])
+            try f.ok(["unlock", "--passcode-stdin"], stdin: "9012\n")
+        }
+    }
+
     /// A FIFO or a device at DEST is written into, never replaced by a
     /// file (which, for /dev/null, would have put the plaintext in /dev).
     @Test func getIntoAFIFOOrADeviceWritesIntoIt() throws {
