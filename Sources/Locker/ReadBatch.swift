@@ -7,6 +7,10 @@ internal import Foundation
 public struct FetchListing {
     public let directories: [StorePath]
     public let objects: [FetchEntry]
+    /// The entries that are damaged (a name or a header that does not
+    /// authenticate), each as the ``StoreError/integrity(path:what:)``
+    /// reading it threw, in no particular order.
+    public let damaged: [StoreError]
 }
 
 /// An object whose header was read and checked, listed for fetching.
@@ -53,7 +57,9 @@ extension Store {
 
     /// A directory's entries for fetching it whole, in one pass: its
     /// subdirectories, and its objects with their headers read and
-    /// checked. A damaged entry throws ``StoreError/integrity(path:what:)``.
+    /// checked. A damaged entry is listed in ``FetchListing/damaged``, so
+    /// that a fetch can go on with the others; a damaged record of the
+    /// directory itself throws ``StoreError/integrity(path:what:)``.
     /// The entries are looked at on all cores (a header read may wait for
     /// the disk, and each name and header is opened with AES-GCM).
     public func listForFetch(_ path: StorePath) throws -> FetchListing {
@@ -71,6 +77,7 @@ extension Store {
         defer { found.deinitialize().deallocate() }
         var directories: [StorePath] = []
         var objects: [FetchEntry] = []
+        var damaged: [StoreError] = []
         // Small objects' data comes with their headers; a listing keeps at
         // most this much of it, so a huge directory does not fill memory.
         var inlineBudget = Self.fetchInlineBudget
@@ -98,7 +105,15 @@ extension Store {
             for i in 0..<count {
                 let result = found[i]!
                 found[i] = nil
-                switch try result.get() {
+                let entry: Found
+                do {
+                    entry = try result.get()
+                } catch let error as StoreError {
+                    guard case .integrity = error else { throw error }
+                    damaged.append(error)
+                    continue
+                }
+                switch entry {
                 case .directory(let itemPath):
                     directories.append(itemPath)
                 case .object(let itemPath, var header, let fsPath):
@@ -118,7 +133,8 @@ extension Store {
         // one pass that puts them in order (measured: sorting the entries
         // by their paths' descriptions was 7% of a `get -r`'s CPU).
         return FetchListing(directories: directories.sorted { $0.name < $1.name },
-                            objects: objects.indices.sorted { objects[$0].path.name < objects[$1].path.name }.map { objects[$0] })
+                            objects: objects.indices.sorted { objects[$0].path.name < objects[$1].path.name }.map { objects[$0] },
+                            damaged: damaged)
     }
 
     /// Reads a prepared object whole into `sink`, as ``read(_:range:into:)``

@@ -1026,17 +1026,29 @@ public final class Store: @unchecked Sendable {
     }
 
     /// Calls `visit` for every entry below `path`, depth first, parents
-    /// before children.
-    public func walk(_ path: StorePath, _ visit: (StorePath, _ isDirectory: Bool) throws -> Void) throws {
+    /// before children. A damaged entry, or a directory below `path`
+    /// whose record is damaged, throws ``StoreError/integrity(path:what:)``;
+    /// with `damaged`, it is handed there instead (a directory before its
+    /// damaged record is found, then with nothing below it) and the walk
+    /// goes on.
+    public func walk(_ path: StorePath, damaged: ((StoreError) throws -> Void)? = nil,
+                     _ visit: (StorePath, _ isDirectory: Bool) throws -> Void) throws {
         for item in try list(path) {
             switch item.kind {
             case .directory:
                 try visit(item.path, true)
-                try walk(item.path, visit)
+                do {
+                    try walk(item.path, damaged: damaged, visit)
+                } catch let error as StoreError where error.isIntegrity && damaged != nil {
+                    // Only its own record: damage below was handed over.
+                    try damaged!(error)
+                }
             case .object:
                 try visit(item.path, false)
             case .damaged(let why):
-                throw StoreError.integrity(path: item.path.description, what: why)
+                let error = StoreError.integrity(path: item.path.description, what: why)
+                guard let damaged else { throw error }
+                try damaged(error)
             }
         }
     }

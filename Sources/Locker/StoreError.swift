@@ -21,3 +21,12 @@ public enum StoreError: Error, Equatable, Sendable {
     /// The directory at this path holds files that are not a store's.
     case notAStore(String)
 }
+
+extension StoreError {
+    /// Whether this is ``integrity(path:what:)``: damage to one stored
+    /// item, which a command over many items may report and go past.
+    public var isIntegrity: Bool {
+        if case .integrity = self { return true }
+        return false
+    }
+}

@@ -727,8 +727,11 @@ struct Get: ParsableCommand {
             guard let destination, destination != "-", !destination.isEmpty else {
                 throw CommandFailure(.usage, "-r needs a local directory as DEST")
             }
-            let count = try exportTree(store, from: source, to: destination)
-            print("Fetched \(count) object\(count == 1 ? "" : "s") into \(shown(destination)).")
+            let damaged = DamagedObjects()
+            let count = try exportTree(store, from: source, to: destination, damaged)
+            print("Fetched \(count) object\(count == 1 ? "" : "s") into \(shown(destination))."
+                  + (damaged.count > 0 ? " \(damaged.count) damaged not fetched; see the warnings." : ""))
+            try damaged.fail(hint: "'locker verify' lists the damage; restore those objects from a copy, or remove them with 'locker rm'")
             return
         }
         guard case .object(let info) = try store.stat(source).kind else {
@@ -796,16 +799,16 @@ struct Get: ParsableCommand {
     /// Every directory below DEST is opened from the one above it through
     /// no symbolic link, and written into by descriptor
     /// (``LocalDestination``).
-    func exportTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
+    func exportTree(_ store: Store, from source: StorePath, to local: String, _ damaged: DamagedObjects) throws -> Int {
         var st = stat()
-        if lstat(local, &st) != 0, errno == ENOENT { return try exportNewTree(store, from: source, to: local) }
+        if lstat(local, &st) != 0, errno == ENOENT { return try exportNewTree(store, from: source, to: local, damaged) }
         // What is in the way, named as `mkdir -p` would.
         try makeLocalDirectory(local)
         let destination = try LocalDestination(local)
         let export = TreeExport(destination)
         let direct: Int
         do {
-            direct = try exportDirectory(store, from: source, into: destination.root, destination, export)
+            direct = try exportDirectory(store, from: source, into: destination.root, destination, export, damaged)
             try export.commitWaiting()
             try export.finishCommit()
             try export.publishStaged()
@@ -817,7 +820,7 @@ struct Get: ParsableCommand {
         return export.count + direct
     }
 
-    private func exportNewTree(_ store: Store, from source: StorePath, to local: String) throws -> Int {
+    private func exportNewTree(_ store: Store, from source: StorePath, to local: String, _ damaged: DamagedObjects) throws -> Int {
         let (trimmed, parent, name) = splitLocalPath(local)
         guard !name.isEmpty && name != "." && name != ".." else {
             throw CommandFailure(.failure, "cannot create directory \(local): the name of a new directory cannot be \(name)")
@@ -834,7 +837,7 @@ struct Get: ParsableCommand {
         let registration = Interruption.registerCleanup { removeBuiltDirectory(built, named: stagingName, in: into) }
         defer { Interruption.unregisterCleanup(registration) }
         do {
-            let count = try exportDirectory(store, from: source, into: staging, destination, nil)
+            let count = try exportDirectory(store, from: source, into: staging, destination, nil, damaged)
             do {
                 try staging.directory.syncFileSystem()
             } catch {
@@ -869,6 +872,10 @@ struct Get: ParsableCommand {
     /// directory), every file goes straight to its name. Returns how many
     /// files were written straight to their names.
     ///
+    /// A damaged object (or a subdirectory whose record is damaged) is
+    /// left out, with what it has written of its file removed, and noted
+    /// in `damaged`; the rest is fetched.
+    ///
     /// Directories are fetched one at a time, depth first, each one's
     /// files before its subdirectories, so that one listing is held at a
     /// time; the next directory's listing is read on another thread while
@@ -882,8 +889,10 @@ struct Get: ParsableCommand {
     /// no link, and only if it is the directory it was.
     @discardableResult
     private func exportDirectory(_ store: Store, from source: StorePath, into top: LocalDirectory,
-                                 _ destination: LocalDestination, _ export: TreeExport?) throws -> Int {
+                                 _ destination: LocalDestination, _ export: TreeExport?,
+                                 _ damaged: DamagedObjects) throws -> Int {
         var count = 0
+        let treeExport = export
         // Each directory with where it goes (the top: nil) and the export
         // its files go through: none in a directory being built out of
         // sight.
@@ -896,12 +905,21 @@ struct Get: ParsableCommand {
         var recent: [LocalDirectory] = []
         while let (source, parentPlace, name, seen, export) = stack.popLast() {
             let listing: FetchListing
-            if let prefetched = next, prefetched.path == source {
-                next = nil
-                listing = try prefetched.listing.wait()
-            } else {
-                listing = try store.listForFetch(source)
+            do {
+                if let prefetched = next, prefetched.path == source {
+                    next = nil
+                    listing = try prefetched.listing.wait()
+                } else {
+                    listing = try store.listForFetch(source)
+                }
+            } catch let error as StoreError where parentPlace != nil && error.isIntegrity {
+                // A subdirectory whose record is damaged: nothing below it
+                // can be named, so it is left out whole, and not made.
+                if let parentPlace { treeExport?.unstage(name, in: parentPlace) }
+                damaged.note(error)
+                continue
             }
+            listing.damaged.forEach(damaged.note)
             let local: LocalDirectory
             if let parentPlace {
                 let parent = try recent.last { $0.place == parentPlace } ?? destination.open(parentPlace)
@@ -933,7 +951,15 @@ struct Get: ParsableCommand {
                 try Interruption.check()
                 let group = try store.prepareReads(Array(objects[start..<min(objects.count, start + 256)]))
                 // Both cores: a small object is one chunk, decrypted on one.
-                let results = fetchGroup(store, group, into: local, temporaries: export != nil)
+                var results = fetchGroup(store, group, into: local, temporaries: export != nil)
+                // A damaged object's partial file goes now; the others
+                // are fetched on.
+                results.removeAll { result in
+                    guard let error = result.error as? StoreError, error.isIntegrity else { return false }
+                    if let written = result.written { try? local.directory.remove(written.temporary) }
+                    damaged.note(error)
+                    return true
+                }
                 if let failure = results.lazy.compactMap({ $0.error }).first {
                     export?.add(results.compactMap { $0.written }, in: local)
                     throw failure
@@ -991,6 +1017,24 @@ struct Get: ParsableCommand {
         return Array(slots)
     }
 
+}
+
+/// The objects a `get -r` or `export` left out because they are damaged:
+/// each is warned of as it is found (`locker: warning: not fetched: …`),
+/// the rest is fetched, and the command then fails (exit 65).
+final class DamagedObjects {
+    private(set) var count = 0
+
+    func note(_ error: StoreError) {
+        count += 1
+        warn("not fetched: \(ErrorPresenter.describe(error).1)")
+    }
+
+    /// Throws if any object was left out.
+    func fail(hint: String) throws {
+        guard count > 0 else { return }
+        throw CommandFailure(.integrity, "\(count) damaged object\(count == 1 ? " was" : "s were") not fetched", hint: hint)
+    }
 }
 
 /// The files of a `get -r` written but not yet renamed into place, the
@@ -1122,6 +1166,13 @@ final class TreeExport: @unchecked Sendable {
         let name = String(staged.count)
         staged.append((container, name, parent.place, target))
         return (container, name)
+    }
+
+    /// Drops the directory staged as `name` in `container`, if one is:
+    /// it is not published (its store directory turned out damaged, so it
+    /// was never built).
+    func unstage(_ name: String, in container: LocalPlace) {
+        staged.removeAll { $0.container == container && $0.name == name }
     }
 
     /// The temporary directory in `parent` (mode 0700) that its new
@@ -1679,7 +1730,7 @@ private func objectsOnly<T>(_ body: () throws -> T) throws -> T {
 struct Export: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Write every readable object as a plain file, with manifest.json listing each object's attributes.",
-        discussion: "Objects that cannot be read now (locked, key reset) are listed with the reason. The command then exits 75 unless --skip-unavailable is given.")
+        discussion: "Objects that cannot be read now (locked, key reset) are listed with the reason. The command then exits 75 unless --skip-unavailable is given. Damaged objects are left out and listed too, and the command then exits 65 whatever the flags.")
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: JSONOption
@@ -1690,15 +1741,17 @@ struct Export: ParsableCommand {
     @Flag(help: "Exit 0 even if some objects could not be exported.")
     var skipUnavailable = false
 
+    /// A manifest entry. A damaged header leaves only the path known: the
+    /// other attributes are then null.
     struct Entry: Encodable {
         var path: String
-        var protection: String
-        var protectionSource: String
-        var size: UInt64
+        var protection: String?
+        var protectionSource: String?
+        var size: UInt64?
         var exported: Bool
         var skipped: String?
-        var created: String
-        var modified: String
+        var created: String?
+        var modified: String?
 
         func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
@@ -1742,14 +1795,28 @@ struct Export: ParsableCommand {
         var entries: [Entry] = []
         // Unlocking helps a locked object, never one whose key was reset.
         var resetCount = 0
-        try store.walk(.root) { path, isDirectory in
+        let damaged = DamagedObjects()
+        func leaveOut(_ error: StoreError, _ entry: Entry? = nil) {
+            guard case .integrity(let path, let what) = error else { return }
+            damaged.note(error)
+            var entry = entry ?? Entry(path: path, exported: false)
+            entry.skipped = "damaged: \(what) failed authentication"
+            entries.append(entry)
+        }
+        try store.walk(.root, damaged: { leaveOut($0) }) { path, isDirectory in
             if isDirectory {
                 let made = try directory(path.parent).subdirectory(path.name)
                 places[path] = made.place
                 current = (path, made)
                 return
             }
-            guard case .object(let info) = try store.stat(path).kind else { return }
+            let item: ItemInfo
+            do {
+                item = try store.stat(path)
+            } catch let error as StoreError where error.isIntegrity {
+                return leaveOut(error)
+            }
+            guard case .object(let info) = item.kind else { return }
             var entry = Entry(path: path.description, protection: info.protectionClass.canonicalName,
                               protectionSource: info.protectionSource.description, size: info.size, exported: false,
                               skipped: nil, created: time(info.created), modified: time(info.modified))
@@ -1764,6 +1831,8 @@ struct Export: ParsableCommand {
             } catch DeviceError.keyReset {
                 entry.skipped = "keyReset: its class key was reset"
                 resetCount += 1
+            } catch let error as StoreError where error.isIntegrity {
+                return leaveOut(error, entry)
             }
             entries.append(entry)
         }
@@ -1788,6 +1857,8 @@ struct Export: ParsableCommand {
             print("Exported \(entries.count - skipped.count) of \(entries.count) objects to \(shown(destination)).")
             for entry in skipped { print("  skipped \(shown(entry.path)): \(entry.skipped ?? "")") }
         }
+        // Damage is not unavailability: no unlock or flag makes it readable.
+        try damaged.fail(hint: "'locker verify' lists the damage; restore those objects from a copy, or remove them with 'locker rm'")
         if !skipped.isEmpty && !skipUnavailable {
             let notExported = "\(skipped.count) object\(skipped.count == 1 ? " was" : "s were") not exported"
             if resetCount == skipped.count {

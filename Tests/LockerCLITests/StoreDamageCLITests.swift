@@ -214,6 +214,63 @@ struct StoreDamageCLITests {
         }
     }
 
+    /// `get -r` (into a new directory and into an existing one) and
+    /// `export` fetch every object they can, leave out each damaged one
+    /// (bad data, a bad header, a subdirectory with a bad record) with a
+    /// warning naming it and no partial file, and then exit 65: damage is
+    /// not hidden, and one damaged object does not cost the others.
+    @Test func treeFetchesLeaveOutDamagedObjectsAndFetchTheRest() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let a = pseudoRandomBytes(3000, seed: 1)
+            let e = pseudoRandomBytes(5000, seed: 2)
+            try f.put("/t/a", a)
+            try f.put("/t/sub2/e", e)
+            let (bigData, _) = try f.putTracked("/t/big", pseudoRandomBytes(3 << 20, seed: 3))
+            let header = try f.putInline("/t/hdr", pseudoRandomBytes(100, seed: 4))
+            let inSub = try f.putInline("/t/sub/b", pseudoRandomBytes(100, seed: 5))
+            try flipBit(bigData, at: 1 << 20)
+            try flipBit(header, at: 40)
+            try flipBit((inSub as NSString).deletingLastPathComponent + "/.dir", at: 30)
+            let damaged = ["/t/big", "/t/hdr", "/t/sub"]
+
+            func expectFetchedTheRest(_ r: RawResult, into root: String) {
+                #expect(r.status == 65, "\(r)")
+                #expect(r.stderr.contains("3 damaged objects were not fetched"), "\(r)")
+                for path in damaged {
+                    #expect(r.stderr.contains("locker: warning: not fetched: integrity failure: \(path): "), "\(path): \(r)")
+                    #expect(!FileManager.default.fileExists(atPath: root + path.dropFirst(2)), "\(path)")
+                }
+                #expect(FileManager.default.contents(atPath: root + "/a") == a)
+                #expect(FileManager.default.contents(atPath: root + "/sub2/e") == e)
+                let all = (FileManager.default.subpaths(atPath: root) ?? []).sorted()
+                #expect(all == ["a", "sub2", "sub2/e"], "\(all)")
+            }
+            let new = try f.raw(["get", "-r", "/t", f.root + "/new"])
+            expectFetchedTheRest(new, into: f.root + "/new")
+            #expect(new.text.contains("Fetched 2 objects"), "\(new)")
+            try FileManager.default.createDirectory(atPath: f.root + "/existing", withIntermediateDirectories: false)
+            expectFetchedTheRest(try f.raw(["get", "-r", "/t", f.root + "/existing"]), into: f.root + "/existing")
+
+            // --skip-unavailable is about locked or reset objects, not damage.
+            let export = try f.raw(["export", f.root + "/export", "--skip-unavailable"])
+            expectFetchedTheRest(export, into: f.root + "/export/t")
+            struct Manifest: Decodable {
+                struct Entry: Decodable {
+                    let path: String
+                    let exported: Bool
+                    let skipped: String?
+                }
+                let objects: [Entry]
+            }
+            let manifest = try JSONDecoder().decode(Manifest.self, from: fileBytes(f.root + "/export/manifest.json"))
+            #expect(manifest.objects.filter(\.exported).map(\.path).sorted() == ["/t/a", "/t/sub2/e"])
+            let left = manifest.objects.filter { !$0.exported }
+            #expect(left.map(\.path).sorted() == damaged, "\(left)")
+            #expect(left.allSatisfy { $0.skipped?.hasPrefix("damaged: ") == true }, "\(left)")
+        }
+    }
+
     @Test func flippedBitsInTheData() throws {
         try withStoreFixture { f in
             try f.initialize()
