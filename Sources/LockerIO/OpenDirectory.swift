@@ -166,7 +166,14 @@ public final class OpenDirectory: @unchecked Sendable {
     public func removeTree(_ name: String) throws(IOError) {
         guard let found = try status(of: name) else { return }
         if found.isDirectory {
-            try subdirectory(name).removeContents()
+            let directory: OpenDirectory
+            do {
+                directory = try subdirectory(name)
+            } catch where error.errno == ENOENT {
+                // Removed meanwhile (by another cleanup of the same tree).
+                return
+            }
+            try directory.removeContents()
             try removeDirectory(name)
         } else {
             try remove(name)
@@ -174,9 +181,21 @@ public final class OpenDirectory: @unchecked Sendable {
     }
 
     /// Removes everything in this directory, as ``removeTree(_:)`` does.
+    /// An entry that cannot be removed does not stop the others: the first
+    /// error is thrown once every entry has been tried, so that two
+    /// cleanups of one tree at once (a command's own and a signal's) both
+    /// make progress.
     public func removeContents() throws(IOError) {
         let names = try fileSystem.retrying("readdir", path) { fileSystem.syscalls.listDirectory(fd) }
-        for name in names where name != "." && name != ".." { try removeTree(name) }
+        var first: IOError?
+        for name in names where name != "." && name != ".." {
+            do {
+                try removeTree(name)
+            } catch {
+                first = first ?? error
+            }
+        }
+        if let first { throw first }
     }
 
     /// Removes the empty directory `name`; what is missing is not an error.

@@ -163,7 +163,7 @@ func removeBuiltDirectory(_ built: OpenDirectory, named name: String, in parent:
         if !isEmpty { try? built.removeContents() }
         guard let there = try? parent.status(of: name), there.isSameFile(as: built.status) else { return }
         if (try? parent.removeDirectory(name)) != nil { return }
-        if attempt > 0 { usleep(1_000) }
+        if attempt > 0 { usleep(5_000) }
     }
 }
 
