@@ -146,6 +146,14 @@ extension Store {
             guard keysForClass.count == indices.count else { throw DeviceError.integrity("wrapped key count") }
             for (i, key) in zip(indices, keysForClass) { wrapped[i] = key }
         }
+        // The batch is written for as long as it takes with keys wrapped
+        // now: each of its classes must still take new objects, asked at
+        // most every interval from now on, whatever the objects' sizes.
+        let probe = fileKeys[0]
+        let classes = Array(Set(targets.map(\.protection)))
+        let recheck = KeyRecheck { [keys] in
+            for cls in classes { _ = try keys.wrap(fileKey: probe, for: cls) }
+        }
 
         // Data files and new headers, none synced yet, several objects at
         // once: a small object is one chunk, sealed on one core, so the
@@ -191,11 +199,7 @@ extension Store {
                     // it is not garbage yet.
                     if !targets[i].inTree { try file.holdWriteLock() }
                     return file
-                }, progress: nil, sync: false, recheck: KeyRecheck { [keys] in
-                    // A file large enough to outlast the batch's wrap:
-                    // its class must still take new objects.
-                    _ = try keys.wrap(fileKey: fileKeys[i], for: targets[i].protection)
-                })
+                }, progress: nil, sync: false, recheck: recheck)
                 let now = Self.now()
                 var header = ObjectHeader(
                     parentID: targets[i].parent.record.directoryID, name: items[i].path.name,

@@ -32,6 +32,9 @@ public struct PreparedRead {
     let entry: FetchEntry
     var header: ObjectHeader { entry.header }
     let fileKey: SecretBytes
+    /// Shared by the class C and D objects of one ``Store/prepareReads(_:)``
+    /// call, whose keys were unwrapped together: its clock started then.
+    let recheck: KeyRecheck?
 }
 
 extension Store {
@@ -52,7 +55,17 @@ extension Store {
             fileKeys = try headers.map { try fileKey(for: $0) }
         }
         guard fileKeys.count == headers.count else { throw DeviceError.integrity("file key count") }
-        return entries.indices.map { PreparedRead(path: entries[$0].path, entry: entries[$0], fileKey: fileKeys[$0]) }
+        // The batch's C and D keys are used after they were unwrapped, for
+        // as long as the batch takes: a reboot or a wipe meanwhile must
+        // stop it, so one key of each such class is asked for again, at
+        // most every interval. (A and B keys are asked for per object.)
+        let probes = [ProtectionClass.completeUntilFirstUserAuthentication, .none].compactMap { cls in
+            headers.first { $0.protectionClass == cls }?.wrappedKey
+        }
+        let recheck = probes.isEmpty ? nil : KeyRecheck { [keys] in _ = try keys.unwrap(probes) }
+        return entries.indices.map {
+            PreparedRead(path: entries[$0].path, entry: entries[$0], fileKey: fileKeys[$0], recheck: recheck)
+        }
     }
 
     /// A directory's entries for fetching it whole, in one pass: its
@@ -148,9 +161,10 @@ extension Store {
     public func read(_ prepared: PreparedRead, into sink: (UnsafeRawBufferPointer) throws -> Void) throws {
         var header = prepared.header
         let fileKey: SecretBytes
+        let recheck: KeyRecheck?
         switch header.protectionClass {
-        case .complete, .completeUnlessOpen: fileKey = try self.fileKey(for: header)
-        case .completeUntilFirstUserAuthentication, .none: fileKey = prepared.fileKey
+        case .complete, .completeUnlessOpen: (fileKey, recheck) = (try self.fileKey(for: header), nil)
+        case .completeUntilFirstUserAuthentication, .none: (fileKey, recheck) = (prepared.fileKey, prepared.recheck)
         }
         if header.inlineDataDropped {
             let entry = prepared.entry
@@ -159,7 +173,7 @@ extension Store {
             else { return try read(prepared.path, into: sink) }
             header = again
         }
-        if try readData(prepared.path, header: header, fileKey: fileKey, range: nil, { try $0.read($1, into: sink) }) {
+        if try readData(prepared.path, header: header, fileKey: fileKey, range: nil, recheck: recheck, { try $0.read($1, into: sink) }) {
             return
         }
         try read(prepared.path, into: sink)

@@ -878,8 +878,10 @@ public final class Store: @unchecked Sendable {
     /// Reads the data `header` names with its file key: `body` gets a
     /// reader whose index is authenticated, and the range to read. Returns
     /// false, without calling `body`, if the data file is gone (replaced
-    /// meanwhile).
+    /// meanwhile). `shared`: the recheck of keys unwrapped together, in
+    /// place of one for this object alone.
     func readData(_ path: StorePath, header: ObjectHeader, fileKey: SecretBytes, range: Range<UInt64>?,
+                  recheck shared: KeyRecheck? = nil,
                   _ body: (ObjectReader, Range<UInt64>) throws -> Void) throws -> Bool {
         do {
             try header.verifyMAC(fileKey: fileKey)
@@ -907,8 +909,9 @@ public final class Store: @unchecked Sendable {
         }
         do {
             // The key is asked for again while the read goes on, so a
-            // lock, reboot or wipe stops it (see KeyRecheck).
-            let recheck = KeyRecheck { [self] in _ = try self.fileKey(for: header) }
+            // lock, reboot or wipe stops it (see KeyRecheck): through the
+            // caller's, which started when the key was unwrapped, if any.
+            let recheck = shared ?? KeyRecheck { [self] in _ = try self.fileKey(for: header) }
             let reader = try ObjectReader(header: header, fileKey: fileKey, file: file, workers: options.workers,
                                           recheck: recheck)
             try body(reader, wanted)
@@ -1005,20 +1008,27 @@ public final class Store: @unchecked Sendable {
                 items.append(ItemInfo(path: path.appending("?" + fileName), kind: .damaged("name does not authenticate")))
                 return
             }
+            // Only what fails authentication is damaged: a device that
+            // cannot answer, or a file that cannot be read, is an error of
+            // the listing, not a verdict on the entry.
             if isDirectory {
                 do {
                     items.append(ItemInfo(path: itemPath, kind: .directory(try directoryInfo(itemPath))))
-                } catch {
+                } catch let error as StoreError where error.isIntegrity {
                     items.append(ItemInfo(path: itemPath, kind: .damaged("directory record")))
                 }
             } else {
+                let header: ObjectHeader
                 do {
-                    let header = try readHeader(fsPath, name: itemPath.name, in: directory, path: itemPath)
-                    if status == nil { status = try keys.status() }
-                    items.append(ItemInfo(path: itemPath, kind: .object(try objectInfo(itemPath, header: header, headerPath: fsPath, status: status))))
-                } catch {
-                    items.append(ItemInfo(path: itemPath, kind: .damaged("header")))
+                    header = try readHeader(fsPath, name: itemPath.name, in: directory, path: itemPath)
+                } catch let error as StoreError where error.isIntegrity {
+                    return items.append(ItemInfo(path: itemPath, kind: .damaged("header")))
+                } catch StoreError.notFound {
+                    // Removed since the directory was read.
+                    return
                 }
+                if status == nil { status = try keys.status() }
+                items.append(ItemInfo(path: itemPath, kind: .object(try objectInfo(itemPath, header: header, headerPath: fsPath, status: status))))
             }
         }
         // Same parent: the names give the paths' order.
@@ -1033,16 +1043,24 @@ public final class Store: @unchecked Sendable {
     /// goes on.
     public func walk(_ path: StorePath, damaged: ((StoreError) throws -> Void)? = nil,
                      _ visit: (StorePath, _ isDirectory: Bool) throws -> Void) throws {
-        for item in try list(path) {
+        try walk(entries: list(path), damaged: damaged, visit)
+    }
+
+    private func walk(entries: [ItemInfo], damaged: ((StoreError) throws -> Void)?,
+                      _ visit: (StorePath, _ isDirectory: Bool) throws -> Void) throws {
+        for item in entries {
             switch item.kind {
             case .directory:
                 try visit(item.path, true)
+                let below: [ItemInfo]
                 do {
-                    try walk(item.path, damaged: damaged, visit)
+                    below = try list(item.path)
                 } catch let error as StoreError where error.isIntegrity && damaged != nil {
-                    // Only its own record: damage below was handed over.
+                    // Its record is damaged: nothing below can be named.
                     try damaged!(error)
+                    continue
                 }
+                try walk(entries: below, damaged: damaged, visit)
             case .object:
                 try visit(item.path, false)
             case .damaged(let why):

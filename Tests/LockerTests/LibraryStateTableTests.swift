@@ -140,6 +140,31 @@ import Testing
         }
     }
 
+    /// Class C and D keys unwrapped together for a fetch serve the whole
+    /// batch, however small its objects, only until the device is asked
+    /// again: after a shutdown (a reboot's first half), the next object
+    /// read once the interval has passed stops the fetch.
+    @Test func preparedClassCReadsStopAfterAShutdown() throws {
+        let fixture = LibraryFixture()
+        defer { fixture.cleanUp() }
+        let store = try fixture.open()
+        let device = try #require(store.device)
+        try store.createDirectory(atPath: "/d", withIntermediateDirectories: false)
+        for i in 0..<3 {
+            try store.write(sampleData(1000, seed: i), to: "/d/c\(i)", options: ProtectionClass.completeUntilFirstUserAuthentication.writingOption)
+        }
+        let prepared = try store.prepareReads(try store.listForFetch(StorePath("/d")).objects)
+        #expect(prepared.count == 3)
+        var bytes = Data()
+        try store.read(prepared[0]) { bytes.append(contentsOf: $0) }
+        #expect(bytes == sampleData(1000, seed: 0))
+        device.shutdown()
+        Thread.sleep(forTimeInterval: 0.7)
+        bytes = Data()
+        #expect(throws: DeviceError.self) { try store.read(prepared[1]) { bytes.append(contentsOf: $0) } }
+        #expect(bytes.isEmpty)
+    }
+
     /// A read already under way when the grace period ends stops for a
     /// class A object and a closed class B one ("even open objects fail
     /// once grace ends"), and goes on for an open B, C and D; both the
