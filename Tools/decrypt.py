@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 from cryptography.hazmat.primitives.keywrap import InvalidUnwrap, aes_key_unwrap
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+ROOT_PARENT_ID = bytes(16)
 CLASS_NAMES = {1: "complete", 2: "completeUnlessOpen", 3: "completeUntilFirstUserAuthentication", 4: "none"}
 LETTERS = {1: b"A", 2: b"B", 3: b"C", 4: b"D"}
 CHUNK_SIZES = {1 << k for k in range(14, 23)}
@@ -113,6 +114,9 @@ class Reader:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
             raise Refused(f"{self.what}: string is not UTF-8") from None
+
+    def remaining(self):
+        return len(self.data) - self.pos
 
     def end(self):
         if self.pos != len(self.data):
@@ -259,15 +263,38 @@ class Store:
             raise Refused(f"{what}: bad magic, version, reserved field or length")
         return Reader(gcm_open(self.record_key, data[8:20], data[20:], data[:8], what), what)
 
-    def directory(self, fs_path, what):
-        """Returns (directory ID, name in parent, default class)."""
+    def directory(self, fs_path, what, parent_id, name):
+        """Returns (directory ID, default class) of the directory reached
+        as NAME in the directory PARENT_ID; its record must vouch for that
+        place (or, during a move, the place it moves from)."""
         r = self.open_record(os.path.join(fs_path, ".dir"), b"LKDI", f"directory record of {what}")
-        directory_id, name, default = r.take(16), r.string(1024), r.int(1)
+        directory_id, places = r.take(16), [(r.take(16), r.string(1024))]
+        default = r.int(1)
         r.take(8)  # created
+        if r.remaining():
+            places.append((r.take(16), r.string(1024)))
+            if places[1][1] == "":
+                raise Refused(f"directory record of {what}: empty previous name")
         r.end()
         if default != 0 and default not in CLASS_NAMES:
             raise Refused(f"directory record of {what}: bad default class")
-        return directory_id, name, default
+        if (parent_id, name) not in places:
+            raise Refused(f"directory record of {what} belongs elsewhere")
+        return directory_id, default
+
+    def names_vouched(self, fs_path, parent_id):
+        """The names a directory's record vouches for in PARENT_ID (for
+        hashed names), without checking its place."""
+        try:
+            r = self.open_record(os.path.join(fs_path, ".dir"), b"LKDI", "directory record")
+        except Refused:
+            return []
+        r.take(16)
+        places = [(r.take(16), r.string(1024))]
+        r.take(9)
+        if r.remaining():
+            places.append((r.take(16), r.string(1024)))
+        return [n for p, n in places if p == parent_id]
 
     def header(self, fs_path, what):
         """An object header file: `LKOH` (data in data/<object ID>) or
@@ -335,10 +362,11 @@ class Store:
     def entry_name(self, parent_id, fs_path, file_name, is_dir, what):
         """Authenticates an entry's name (short or `L.`) and returns it."""
         if file_name.startswith("L."):
-            name = self.directory(fs_path, what)[1] if is_dir else self.header(fs_path, what)["name"]
-            if self.file_name(parent_id, name) != file_name:
-                raise Refused(f"{what}: long name does not re-encode to its file name")
-            return name
+            names = self.names_vouched(fs_path, parent_id) if is_dir else [self.header(fs_path, what)["name"]]
+            for name in names:
+                if self.file_name(parent_id, name) == file_name:
+                    return name
+            raise Refused(f"{what}: long name does not re-encode to its file name")
         name = self.decode_name(parent_id, file_name)
         if name is None:
             raise Refused(f"{what}: name does not authenticate")
@@ -353,9 +381,7 @@ class Store:
         if not parts or any(p in ("", ".", "..") or len(p.encode()) > 1024 for p in parts):
             raise Refused(f"'{path}' is not an object path")
         fs_path = os.path.join(self.dir, "ns")
-        directory_id, root_name, _ = self.directory(fs_path, "/")
-        if root_name != "":
-            raise Refused("the root directory record has a name")
+        directory_id, _ = self.directory(fs_path, "/", ROOT_PARENT_ID, "")
         for i, part in enumerate(parts):
             what = "/" + "/".join(parts[:i + 1])
             file_name = self.file_name(directory_id, part)
@@ -369,7 +395,7 @@ class Store:
             if i < len(parts) - 1:
                 if not is_dir:
                     raise Refused(f"{what}: not a directory")
-                directory_id = self.directory(fs_path, what)[0]
+                directory_id = self.directory(fs_path, what, directory_id, part)[0]
             elif is_dir:
                 raise Refused(f"{what}: is a directory")
         header = self.header(fs_path, path)
@@ -387,7 +413,7 @@ class Store:
             try:
                 name = self.entry_name(directory_id, entry, file_name, is_dir, prefix + file_name)
                 if is_dir:
-                    yield from self.walk(entry, self.directory(entry, prefix + name)[0], prefix + name + "/", damaged)
+                    yield from self.walk(entry, self.directory(entry, prefix + name, directory_id, name)[0], prefix + name + "/", damaged)
                     continue
                 header = self.header(entry, prefix + name)
                 if header["parent"] != directory_id or header["name"] != name:
@@ -462,7 +488,7 @@ def main():
         store = Store(args.store, Device(args.device, passcode))
         if args.list:
             damaged = []
-            root_id = store.directory(os.path.join(args.store, "ns"), "/")[0]
+            root_id = store.directory(os.path.join(args.store, "ns"), "/", ROOT_PARENT_ID, "")[0]
             for path, cls in store.walk(os.path.join(args.store, "ns"), root_id, "/", damaged):
                 print(f"{path}\t{cls}")
             if damaged:

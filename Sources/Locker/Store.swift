@@ -76,7 +76,8 @@ public final class Store: @unchecked Sendable {
                 let data = try fs.contentsOfDirectory(dataDirectory).filter { !Self.isTemporary($0) }
                 guard entries.isEmpty, data.isEmpty else { throw StoreError.foreignStore }
                 try fs.createDirectory(namespaceRoot, mode: 0o700)
-                let root = DirectoryRecord(directoryID: try SecureRandom.bytes(16), name: "", defaultClass: nil, created: Self.now())
+                let root = DirectoryRecord(directoryID: try SecureRandom.bytes(16), parentID: DirectoryRecord.rootParentID,
+                                           name: "", defaultClass: nil, created: Self.now())
                 try fs.writeFileAtomically(namespaceRoot + "/.dir", root.sealed(with: metadata))
             }
             withExtendedLifetime(lock) {}
@@ -186,15 +187,19 @@ public final class Store: @unchecked Sendable {
     }
 
     func rootDirectory() throws -> Directory {
-        Directory(fsPath: namespaceRoot, record: try readDirectoryRecord(namespaceRoot, path: .root), storePath: .root)
+        Directory(fsPath: namespaceRoot, record: try readDirectoryRecord(namespaceRoot, path: .root, in: DirectoryRecord.rootParentID),
+                  storePath: .root)
     }
 
-    /// The record of the directory at `path`. Unless `vouching` is false
-    /// (reading a record only for the names it vouches for), the record
-    /// must vouch for `path`'s last name: a record authenticates on its
-    /// own, so one copied or swapped in from a sibling would otherwise
-    /// hand that sibling's default class to objects created here.
-    func readDirectoryRecord(_ fsPath: String, path: StorePath, vouching: Bool = true) throws -> DirectoryRecord {
+    /// The record of the directory at `path`, reached from the directory
+    /// whose ID is `parentID` (``DirectoryRecord/rootParentID`` for the
+    /// root). The record must vouch for that place: `path`'s last name in
+    /// that parent. A record authenticates on its own, so one copied or
+    /// swapped in from a sibling, or a whole directory moved in from
+    /// another parent, would otherwise hand its default class to objects
+    /// created here. A nil `parentID` skips the check, for reading a
+    /// record only for the names it vouches for.
+    func readDirectoryRecord(_ fsPath: String, path: StorePath, in parentID: [UInt8]?) throws -> DirectoryRecord {
         let bytes: [UInt8]
         do {
             bytes = try fs.readFile(fsPath + "/.dir", limit: 8 << 10)
@@ -209,7 +214,7 @@ public final class Store: @unchecked Sendable {
         } catch {
             throw StoreError.integrity(path: path.description, what: "directory record")
         }
-        guard !vouching || record.names.contains(path.name) else {
+        guard parentID.map({ record.places.contains(DirectoryRecord.Place(parentID: $0, name: path.name)) }) ?? true else {
             throw StoreError.integrity(path: path.description, what: "directory record (of another directory)")
         }
         return record
@@ -253,7 +258,8 @@ public final class Store: @unchecked Sendable {
             case .missing: throw StoreError.notFound(sub.description)
             case .object: throw StoreError.notADirectory(sub.description)
             case .directory:
-                current = Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub), storePath: sub)
+                current = Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub, in: current.record.directoryID),
+                                    storePath: sub)
             }
         }
         return current
@@ -279,7 +285,8 @@ public final class Store: @unchecked Sendable {
             case .missing: return (chain, false)
             case .object: throw StoreError.notADirectory(sub.description)
             case .directory:
-                chain.append(Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub), storePath: sub))
+                chain.append(Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub, in: chain.last!.record.directoryID),
+                                       storePath: sub))
             }
         }
         return (chain, true)
@@ -380,11 +387,12 @@ public final class Store: @unchecked Sendable {
                 throw isLast ? StoreError.alreadyExists(sub.description) : StoreError.notADirectory(sub.description)
             case .directory:
                 if isLast && !parents { throw StoreError.alreadyExists(sub.description) }
-                current = Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub), storePath: sub)
+                current = Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub, in: current.record.directoryID),
+                                    storePath: sub)
             case .missing:
                 if !isLast && !parents { throw StoreError.notFound(sub.description) }
-                let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), name: name,
-                                             defaultClass: isLast ? defaultClass : nil, created: Self.now())
+                let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), parentID: current.record.directoryID,
+                                             name: name, defaultClass: isLast ? defaultClass : nil, created: Self.now())
                 try createDirectoryEntry(fsPath, record: record, in: current)
                 current = Directory(fsPath: fsPath, record: record, storePath: sub)
             }
@@ -466,7 +474,9 @@ public final class Store: @unchecked Sendable {
                 switch try kind(of: fsPath) {
                 case .object: throw StoreError.notADirectory(path.description)
                 case .directory:
-                    build.directories[path] = Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: path), storePath: path)
+                    build.directories[path] = Directory(
+                        fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: path, in: parent.record.directoryID),
+                        storePath: path)
                     continue
                 case .missing:
                     let temporary = container.map { $0 + "/\(build.subtrees.count)" } ?? parent.fsPath + "/.tmp-dir-" + UUID().uuidString
@@ -474,7 +484,8 @@ public final class Store: @unchecked Sendable {
                     fsPath = temporary
                 }
             }
-            let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), name: path.name, defaultClass: nil, created: Self.now())
+            let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), parentID: parent.record.directoryID,
+                                         name: path.name, defaultClass: nil, created: Self.now())
             records.append((fsPath, record))
             build.newPaths.insert(path)
             build.directories[path] = Directory(fsPath: fsPath, record: record, storePath: path)
@@ -681,10 +692,11 @@ public final class Store: @unchecked Sendable {
             // by either name in its record, so a crash after any step
             // leaves it readable under its old name or its new one. A
             // failure before the rename restores the old record.
-            let old = try readDirectoryRecord(sourceFsPath, path: source)
+            let old = try readDirectoryRecord(sourceFsPath, path: source, in: sourceParent.record.directoryID)
             var moving = old
+            moving.parentID = destinationParent.record.directoryID
             moving.name = target.name
-            moving.previousName = source.name
+            moving.previous = old.place
             let parents = [sourceParent.fsPath] + (destinationParent.fsPath == sourceParent.fsPath ? [] : [destinationParent.fsPath])
             try fs.writeFileAtomically(sourceFsPath + "/.dir", moving.sealed(with: metadata))
             do {
@@ -695,7 +707,7 @@ public final class Store: @unchecked Sendable {
             }
             for parent in parents { try fs.syncDirectory(parent) }
             var moved = moving
-            moved.previousName = ""
+            moved.previous = nil
             try fs.writeFileAtomically(targetFsPath + "/.dir", moved.sealed(with: metadata))
         }
     }
@@ -958,7 +970,7 @@ public final class Store: @unchecked Sendable {
         }
         var candidates: [String] = []
         if isDirectory {
-            candidates = (try? readDirectoryRecord(fsPath, path: directory.storePath, vouching: false))?.names ?? []
+            candidates = (try? readDirectoryRecord(fsPath, path: directory.storePath, in: nil))?.names(in: parentID) ?? []
         } else if let bytes = try? fs.readFile(fsPath, limit: ObjectHeader.maxFileLength),
                   let header = try? ObjectHeader.open(bytes, with: metadata) {
             candidates = [header.name]

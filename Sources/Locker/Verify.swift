@@ -82,7 +82,7 @@ extension Store {
                 let itemPath = directory.storePath.appending(name)
                 if isDirectory {
                     do {
-                        let record = try readDirectoryRecord(fsPath, path: itemPath)
+                        let record = try readDirectoryRecord(fsPath, path: itemPath, in: directory.record.directoryID)
                         scan(Directory(fsPath: fsPath, record: record, storePath: itemPath))
                     } catch {
                         report.damaged.append(.init(location: itemPath.description, reason: "directory record does not authenticate"))

@@ -430,6 +430,30 @@ struct StoreDamageCLITests {
         }
     }
 
+    /// Checks that each of `paths` is a directory whose record is refused
+    /// (`stat` and `verify` exit 65) and that a put into `putInto` is
+    /// refused; returns the local file it tried to put.
+    static func expectRecordsRefused(_ f: CLIFixture, _ paths: [String], putInto: String,
+                                     sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
+        for path in paths {
+            let stat = try f.raw(["stat", path])
+            #expect(stat.status == 65, "\(stat)", sourceLocation: sourceLocation)
+            #expect(stat.stderr.hasPrefix("locker: error: integrity failure: \(path): directory record (of another directory)"),
+                    "\(stat)", sourceLocation: sourceLocation)
+        }
+        let local = f.root + "/new.txt"
+        try Data("new".utf8).write(to: URL(fileURLWithPath: local))
+        let put = try f.raw(["put", local, putInto + "/new.txt"])
+        #expect(put.status == 65, "\(put)", sourceLocation: sourceLocation)
+        let verify = try f.raw(["verify"])
+        #expect(verify.status == 65, "\(verify)", sourceLocation: sourceLocation)
+        let report = String(decoding: verify.stdout, as: UTF8.self)
+        for path in paths {
+            #expect(report.contains("damaged: \(path): directory record"), "\(verify)", sourceLocation: sourceLocation)
+        }
+        return local
+    }
+
     /// A directory record authenticates alone, so one copied over, or
     /// swapped with, a sibling's must still be refused: otherwise the
     /// sibling's default class (class D) would go to what is created in a
@@ -448,20 +472,7 @@ struct StoreDamageCLITests {
             // Swapped: both names stay, each with the other's record.
             try writeBytes(bRecord, to: a + "/.dir")
             try writeBytes(aRecord, to: b + "/.dir")
-            for path in ["/secret", "/public"] {
-                let stat = try f.raw(["stat", path])
-                #expect(stat.status == 65, "\(stat)")
-                #expect(stat.stderr.hasPrefix("locker: error: integrity failure: \(path): directory record"), "\(stat)")
-            }
-            let local = f.root + "/new.txt"
-            try Data("new".utf8).write(to: URL(fileURLWithPath: local))
-            let put = try f.raw(["put", local, "/secret/new.txt"])
-            #expect(put.status == 65, "\(put)")
-            let verify = try f.raw(["verify"])
-            #expect(verify.status == 65, "\(verify)")
-            let report = String(decoding: verify.stdout, as: UTF8.self)
-            #expect(report.contains("damaged: /secret: directory record"), "\(verify)")
-            #expect(report.contains("damaged: /public: directory record"), "\(verify)")
+            let local = try Self.expectRecordsRefused(f, ["/secret", "/public"], putInto: "/secret")
 
             // Copied: one record under both names.
             try writeBytes(bRecord, to: a + "/.dir")
@@ -473,6 +484,47 @@ struct StoreDamageCLITests {
             try writeBytes(aRecord, to: a + "/.dir")
             try f.ok(["put", local, "/secret/new.txt"])
             #expect(try f.stat("/secret/new.txt").protection == "complete")
+            #expect(try f.raw(["verify"]).status == 0)
+        }
+    }
+
+    /// Two directories of the same name under different parents, swapped
+    /// whole with their contents: each record names its parent, so
+    /// neither is taken for the other, and /b/docs's default class
+    /// (class D) does not go to what is created in /a/docs (class A).
+    @Test func directoriesOfOneNameSwappedBetweenParents() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.ok(["mkdir", "-p", "/a/docs", "--class", "A"])
+            try f.ok(["mkdir", "-p", "/b/docs", "--class", "D"])
+            try f.put("/a/docs/secret.txt", Data("secret".utf8))
+            try f.put("/b/docs/public.txt", Data("public".utf8))
+            let ns = f.store + "/ns"
+            let parents = try FileManager.default.contentsOfDirectory(atPath: ns).filter { !$0.hasPrefix(".") }.map { ns + "/" + $0 }
+            try #require(parents.count == 2, "\(parents)")
+            let children = try parents.map { parent in
+                let inside = try FileManager.default.contentsOfDirectory(atPath: parent).filter { !$0.hasPrefix(".") }
+                try #require(inside.count == 1, "\(inside)")
+                return parent + "/" + inside[0]
+            }
+            func swap() throws {
+                let aside = parents[0] + "/aside"
+                try FileManager.default.moveItem(atPath: children[0], toPath: aside)
+                try FileManager.default.moveItem(atPath: children[1], toPath: children[0])
+                try FileManager.default.moveItem(atPath: aside, toPath: children[1])
+            }
+            try swap()
+            let local = try Self.expectRecordsRefused(f, ["/a/docs", "/b/docs"], putInto: "/a/docs")
+            let inside = try f.raw(["stat", "/a/docs/secret.txt"])
+            #expect(inside.status == 65 && inside.stderr.hasPrefix("locker: error: integrity failure: /a/docs: directory record (of another directory)"),
+                    "\(inside)")
+
+            // Swapped back, nothing was created meanwhile and both work.
+            try swap()
+            #expect(try f.raw(["get", "/a/docs/new.txt", "-"]).status == 66)
+            try f.ok(["put", local, "/a/docs/new.txt"])
+            #expect(try f.stat("/a/docs/new.txt").protection == "complete")
+            #expect(try f.raw(["get", "/b/docs/public.txt", "-"]).stdout == Data("public".utf8))
             #expect(try f.raw(["verify"]).status == 0)
         }
     }

@@ -318,7 +318,8 @@ struct ObjectHeaderTests {
         let keys = try newMetadataKeys()
         let header = try sampleHeader(fileKey: try newFileKey())
         let sealedHeader = try header.sealed(with: keys)
-        let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), name: "d", defaultClass: ProtectionClass.none, created: 5)
+        let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), parentID: try SecureRandom.bytes(16), name: "d",
+                                     defaultClass: ProtectionClass.none, created: 5)
         let sealedRecord = try record.sealed(with: keys)
         #expect(throws: FormatError.badMagic) { _ = try DirectoryRecord.open(sealedHeader, with: keys) }
         #expect(throws: FormatError.badMagic) { _ = try ObjectHeader.open(sealedRecord, with: keys) }
@@ -586,18 +587,21 @@ struct DirectoryRecordTests {
     func roundTrip(defaultClass: ProtectionClass?) throws {
         let keys = try newMetadataKeys()
         let longName = String(repeating: "ü", count: 512)
+        let previousPlaces: [DirectoryRecord.Place?] = [nil, .init(parentID: try SecureRandom.bytes(16), name: "old ü")]
         for name in ["", "docs", "ünïcødé 🙂", longName] {
-            for created in [Int64.min, 0, 1_700_000_000_000_000_000, Int64.max] {
-                let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), name: name, defaultClass: defaultClass,
-                                             created: created)
+            for (created, previous) in zip([Int64.min, 0, 1_700_000_000_000_000_000, Int64.max], previousPlaces + previousPlaces) {
+                let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), parentID: try SecureRandom.bytes(16),
+                                             name: name, defaultClass: defaultClass, created: created, previous: previous)
                 let sealed = try record.sealed(with: keys)
                 #expect(Array(sealed.prefix(8)) == Array("LKDI".utf8) + [0, 1, 0, 0])
                 let opened = try DirectoryRecord.open(sealed, with: keys)
                 #expect(opened == record)
                 #expect(opened.defaultClass == defaultClass)
+                #expect(opened.places == [record.place] + (previous.map { [$0] } ?? []))
             }
         }
-        let root = DirectoryRecord(directoryID: DirectoryRecord.rootParentID, name: "", defaultClass: defaultClass, created: 0)
+        let root = DirectoryRecord(directoryID: try SecureRandom.bytes(16), parentID: DirectoryRecord.rootParentID, name: "",
+                                   defaultClass: defaultClass, created: 0)
         #expect(try DirectoryRecord.open(root.sealed(with: keys), with: keys) == root)
     }
 
@@ -605,12 +609,19 @@ struct DirectoryRecordTests {
     func documentedLayout() throws {
         let keys = try newMetadataKeys()
         for cls in Self.classes {
-            let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), name: "photos", defaultClass: cls, created: -42)
+            var record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), parentID: try SecureRandom.bytes(16),
+                                         name: "photos", defaultClass: cls, created: -42)
             var w = ByteWriter()
             w.write(record.directoryID)
+            w.write(record.parentID)
             w.writeTestString(Array(record.name.utf8))
             w.write(cls?.rawValue ?? 0)
             w.write(UInt64(bitPattern: record.created))
+            #expect(try DirectoryRecord.open(envelope(w.bytes, magic: "LKDI", keys: keys), with: keys) == record)
+            // During a move: the place it moves from follows.
+            record.previous = .init(parentID: try SecureRandom.bytes(16), name: "pictures")
+            w.write(record.previous!.parentID)
+            w.writeTestString(Array("pictures".utf8))
             #expect(try DirectoryRecord.open(envelope(w.bytes, magic: "LKDI", keys: keys), with: keys) == record)
         }
     }
@@ -618,8 +629,9 @@ struct DirectoryRecordTests {
     @Test("every single-bit flip of a sealed record is refused", arguments: [nil, ProtectionClass.completeUnlessOpen])
     func bitFlips(defaultClass: ProtectionClass?) throws {
         let keys = try newMetadataKeys()
-        let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), name: "docs", defaultClass: defaultClass,
-                                     created: 1_700_000_000)
+        let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), parentID: try SecureRandom.bytes(16), name: "docs",
+                                     defaultClass: defaultClass, created: 1_700_000_000,
+                                     previous: .init(parentID: try SecureRandom.bytes(16), name: "old"))
         let sealed = try record.sealed(with: keys)
         let accepted = acceptedBitFlips(sealed) { _ = try DirectoryRecord.open($0, with: keys) }
         #expect(accepted.isEmpty, "accepted flips (offset, bit): \(accepted.prefix(10))")
@@ -631,7 +643,8 @@ struct DirectoryRecordTests {
     @Test("a record opens only with its own metadata keys")
     func otherMetadataKeys() throws {
         let keys = try newMetadataKeys()
-        let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), name: "docs", defaultClass: .complete, created: 1)
+        let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), parentID: DirectoryRecord.rootParentID, name: "docs",
+                                     defaultClass: .complete, created: 1)
         let sealed = try record.sealed(with: keys)
         for _ in 0..<4 {
             #expect(throws: CryptoError.authenticationFailure) { _ = try DirectoryRecord.open(sealed, with: newMetadataKeys()) }
@@ -641,10 +654,12 @@ struct DirectoryRecordTests {
     @Test("authenticated but malformed bodies are refused")
     func malformedBodies() throws {
         let keys = try newMetadataKeys()
-        func body(id: [UInt8] = Array(repeating: 7, count: 16), name: [UInt8] = Array("d".utf8), cls: UInt8 = 1,
-                  trailing: [UInt8] = []) -> [UInt8] {
+        let parent = [UInt8](repeating: 8, count: 16)
+        func body(id: [UInt8] = Array(repeating: 7, count: 16), parent: [UInt8] = parent, name: [UInt8] = Array("d".utf8),
+                  cls: UInt8 = 1, trailing: [UInt8] = []) -> [UInt8] {
             var w = ByteWriter()
             w.write(id)
+            w.write(parent)
             w.writeTestString(name)
             w.write(cls)
             w.write(UInt64(9))
@@ -659,14 +674,20 @@ struct DirectoryRecordTests {
         for cls: UInt8 in [5, 0x80, 0xff] {
             #expect(throws: FormatError.invalidField("default class")) { _ = try open(body(cls: cls)) }
         }
-        // After `created` may come only a non-empty previous name (a move
-        // in progress), and nothing after it.
+        #expect(try open(body()).place == .init(parentID: parent, name: "d"))
+        // After `created` may come only a previous place, a parent ID and
+        // a non-empty name (a move in progress), and nothing after it.
+        let other = [UInt8](repeating: 9, count: 16)
         #expect(throws: FormatError.truncated) { _ = try open(body(trailing: [0])) }
-        #expect(throws: FormatError.invalidField("previous name")) { _ = try open(body(trailing: [0, 0])) }
-        #expect(try open(body(trailing: [0, 1, 0x61])).previousName == "a")
-        #expect(try open(body(trailing: [0, 1, 0x61])).names == ["d", "a"])
-        #expect(throws: FormatError.trailingBytes) { _ = try open(body(trailing: [0, 1, 0x61, 0])) }
+        #expect(throws: FormatError.truncated) { _ = try open(body(trailing: other)) }
+        #expect(throws: FormatError.truncated) { _ = try open(body(trailing: other + [0])) }
+        #expect(throws: FormatError.invalidField("previous name")) { _ = try open(body(trailing: other + [0, 0])) }
+        let moving = try open(body(trailing: other + [0, 1, 0x61]))
+        #expect(moving.previous == .init(parentID: other, name: "a"))
+        #expect(moving.names(in: parent) == ["d"] && moving.names(in: other) == ["a"] && moving.names(in: [UInt8](repeating: 0, count: 16)).isEmpty)
+        #expect(throws: FormatError.trailingBytes) { _ = try open(body(trailing: other + [0, 1, 0x61, 0])) }
         #expect(throws: FormatError.truncated) { _ = try open(Array(body().dropLast())) }
+        #expect(throws: FormatError.truncated) { _ = try open(Array(body().prefix(31))) }
         #expect(throws: FormatError.truncated) { _ = try open([]) }
         #expect(throws: FormatError.invalidField("utf-8")) { _ = try open(body(name: [0xc3])) }
         #expect(throws: FormatError.invalidField("string length")) {
@@ -677,7 +698,7 @@ struct DirectoryRecordTests {
     @Test("a directory name over 1024 bytes is refused when sealing")
     func sealedAlwaysOpens() throws {
         let keys = try newMetadataKeys()
-        let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16),
+        let record = DirectoryRecord(directoryID: try SecureRandom.bytes(16), parentID: DirectoryRecord.rootParentID,
                                      name: String(repeating: "n", count: NameCodec.maxNameLength + 1),
                                      defaultClass: nil, created: 0)
         if let sealed = try? record.sealed(with: keys) {

@@ -230,49 +230,79 @@ public struct ObjectHeader: Sendable, Equatable {
 }
 
 /// A directory's record, in the file `.dir` inside it.
+///
+/// It names the directory's place: its name and its parent's directory ID
+/// (``rootParentID`` for the root). During a move it names the place it
+/// moves from as well, so that a crash at any step leaves it readable
+/// under its old place or its new one.
 public struct DirectoryRecord: Sendable, Equatable {
     public static let magic: [UInt8] = Array("LKDI".utf8)
     public static let directoryIDByteCount = 16
     /// The parent ID of the root directory.
     public static let rootParentID = [UInt8](repeating: 0, count: 16)
 
+    /// A place in the namespace: a name in the directory of `parentID`.
+    public struct Place: Sendable, Equatable {
+        public var parentID: [UInt8]
+        public var name: String
+
+        public init(parentID: [UInt8], name: String) {
+            self.parentID = parentID
+            self.name = name
+        }
+    }
+
     public var directoryID: [UInt8]
+    /// The directory's parent's ID (``rootParentID`` for the root).
+    public var parentID: [UInt8]
     /// The directory's name in its parent ("" for the root).
     public var name: String
     /// The class new objects below inherit, if set.
     public var defaultClass: ProtectionClass?
     public var created: Int64
-    /// While a move is in progress, the name the directory is moving from;
-    /// empty otherwise. A directory stored under a hashed (long) name is
-    /// recognized by either name, so a crash at any step of a move leaves
-    /// it readable under the old name or the new one.
-    public var previousName: String
+    /// While a move is in progress, the place the directory is moving
+    /// from; nil otherwise.
+    public var previous: Place?
 
-    public init(directoryID: [UInt8], name: String, defaultClass: ProtectionClass?, created: Int64,
-                previousName: String = "") {
+    public init(directoryID: [UInt8], parentID: [UInt8], name: String, defaultClass: ProtectionClass?, created: Int64,
+                previous: Place? = nil) {
         self.directoryID = directoryID
+        self.parentID = parentID
         self.name = name
         self.defaultClass = defaultClass
         self.created = created
-        self.previousName = previousName
+        self.previous = previous
     }
 
-    /// The names this record vouches for: its name, and the one it is
+    public var place: Place { Place(parentID: parentID, name: name) }
+
+    /// The places this record vouches for: its own, and the one it is
     /// moving from, if any.
-    public var names: [String] { previousName.isEmpty ? [name] : [name, previousName] }
+    public var places: [Place] { [place] + (previous.map { [$0] } ?? []) }
+
+    /// The names this record vouches for in the directory `parentID`.
+    public func names(in parentID: [UInt8]) -> [String] {
+        places.filter { $0.parentID == parentID }.map(\.name)
+    }
 
     public func sealed(with keys: MetadataKeys) throws -> [UInt8] {
         precondition(directoryID.count == Self.directoryIDByteCount, "directory ID must be 16 bytes")
-        guard name.utf8.count <= NameCodec.maxNameLength, previousName.utf8.count <= NameCodec.maxNameLength else {
+        precondition(places.allSatisfy { $0.parentID.count == Self.directoryIDByteCount }, "parent ID must be 16 bytes")
+        guard places.allSatisfy({ $0.name.utf8.count <= NameCodec.maxNameLength }) else {
             throw FormatError.invalidField("name")
         }
-        var w = ByteWriter(capacity: 128)
+        var w = ByteWriter(capacity: 160)
         w.write(directoryID)
+        w.write(parentID)
         w.writeString(name)
         w.write(defaultClass?.rawValue ?? 0)
         w.write(UInt64(bitPattern: created))
         // Present only during a move, so a record has one encoding.
-        if !previousName.isEmpty { w.writeString(previousName) }
+        if let previous {
+            precondition(!previous.name.isEmpty, "a previous place has a name")
+            w.write(previous.parentID)
+            w.writeString(previous.name)
+        }
         return try SealedRecord.seal(magic: Self.magic, body: w.bytes, key: keys.recordKey)
     }
 
@@ -280,6 +310,7 @@ public struct DirectoryRecord: Sendable, Equatable {
         let body = try SealedRecord.open(bytes, magic: magic, key: keys.recordKey)
         var r = ByteReader(body)
         let id = try r.read(directoryIDByteCount)
+        let parent = try r.read(directoryIDByteCount)
         let name = try r.readString(max: NameCodec.maxNameLength)
         let raw = try r.readUInt8()
         let cls: ProtectionClass?
@@ -288,12 +319,15 @@ public struct DirectoryRecord: Sendable, Equatable {
             cls = c
         }
         let created = Int64(bitPattern: try r.readUInt64())
-        var previous = ""
+        var previous: Place?
         if r.remaining > 0 {
-            previous = try r.readString(max: NameCodec.maxNameLength)
-            guard !previous.isEmpty else { throw FormatError.invalidField("previous name") }
+            let previousParent = try r.read(directoryIDByteCount)
+            let previousName = try r.readString(max: NameCodec.maxNameLength)
+            guard !previousName.isEmpty else { throw FormatError.invalidField("previous name") }
+            previous = Place(parentID: previousParent, name: previousName)
         }
         try r.expectEnd()
-        return DirectoryRecord(directoryID: id, name: name, defaultClass: cls, created: created, previousName: previous)
+        return DirectoryRecord(directoryID: id, parentID: parent, name: name, defaultClass: cls, created: created,
+                               previous: previous)
     }
 }

@@ -110,9 +110,15 @@ do {
           [0x06, UInt8(body.count >> 8), UInt8(body.count & 0xff)] + body + header.inlineData!)
 }
 let directories: [(String, DirectoryRecord)] = [
-    ("root", DirectoryRecord(directoryID: bytes(16, 0x10), name: "", defaultClass: nil, created: 7)),
-    ("docs-A", DirectoryRecord(directoryID: bytes(16, 0x12), name: "docs", defaultClass: .complete, created: -7)),
-    ("photos-D", DirectoryRecord(directoryID: bytes(16, 0x13), name: "Фото", defaultClass: ProtectionClass.none, created: 1 << 62)),
+    ("root", DirectoryRecord(directoryID: bytes(16, 0x10), parentID: DirectoryRecord.rootParentID, name: "",
+                             defaultClass: nil, created: 7)),
+    ("docs-A", DirectoryRecord(directoryID: bytes(16, 0x12), parentID: bytes(16, 0x10), name: "docs",
+                               defaultClass: .complete, created: -7)),
+    ("photos-D", DirectoryRecord(directoryID: bytes(16, 0x13), parentID: bytes(16, 0x12), name: "Фото",
+                                 defaultClass: ProtectionClass.none, created: 1 << 62)),
+    ("moving", DirectoryRecord(directoryID: bytes(16, 0x14), parentID: bytes(16, 0x12), name: "new",
+                               defaultClass: nil, created: 1,
+                               previous: .init(parentID: bytes(16, 0x10), name: "old"))),
 ]
 for (name, record) in directories {
     let body = envelopeBody(try! record.sealed(with: keys), key: keys.recordKey)
