@@ -261,6 +261,9 @@ enum WireFormat {
                 writeString(&w, clipped(what))
             case .rollback: w.write(UInt8(0x0A))
             case .notOpen: w.write(UInt8(0x0B))
+            case .wipedAfterFailedAttempts(let failed):
+                w.write(UInt8(0x0D))
+                writeCount(&w, failed)
             case .io(let io):
                 w.write(UInt8(0x0C))
                 writeString(&w, clipped(io.operation))
@@ -323,6 +326,7 @@ enum WireFormat {
         case 0x09: error = DeviceError.integrity(try readString(&r, maxBytes: maxErrorStringBytes))
         case 0x0A: error = DeviceError.rollback
         case 0x0B: error = DeviceError.notOpen
+        case 0x0D: error = DeviceError.wipedAfterFailedAttempts(try readCount(&r))
         case 0x0C:
             let operation = try readString(&r, maxBytes: maxErrorStringBytes)
             let path = try readString(&r, maxBytes: maxErrorStringBytes)

@@ -394,7 +394,7 @@ public final class Device: @unchecked Sendable {
         let failed = Int(record.failedAttempts)
         if keybag.eraseAfter > 0, failed >= Int(keybag.eraseAfter) {
             try wipeLocked()
-            throw DeviceError.wiped
+            throw DeviceError.wipedAfterFailedAttempts(failed)
         }
         throw DeviceError.wrongPasscode(
             failedAttempts: failed,

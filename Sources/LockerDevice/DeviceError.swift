@@ -11,6 +11,9 @@ public enum DeviceError: Error, Equatable, Sendable {
     case alreadyInitialized
     /// The device was wiped: nothing can be decrypted again.
     case wiped
+    /// The passcode was wrong, and this failure reached the erase-after
+    /// limit: the device was wiped by this attempt.
+    case wipedAfterFailedAttempts(Int)
     /// The class key this operation needs is not held in the current
     /// state (EX_TEMPFAIL: try again after unlock).
     case protectedDataUnavailable(ProtectionClass)

@@ -146,6 +146,10 @@ enum ErrorPresenter {
         }
     }
 
+    /// A wiped device's store can never be read again, and `init` refuses
+    /// to make a new device over it, so the way on is a store of its own.
+    static let wipedHint = "to start again, delete the store's directory, or give 'locker init' a new --store"
+
     static func describe(_ error: DeviceError) -> (ExitStatus, String, String?) {
         switch error {
         case .notInitialized:
@@ -153,7 +157,9 @@ enum ErrorPresenter {
         case .alreadyInitialized:
             return (.alreadyExists, "a device is already initialized here", "use 'locker reset --yes' for a forgotten passcode, or --device for another device")
         case .wiped:
-            return (.failure, "this device was wiped; nothing stored on it can be decrypted", "run 'locker init' to start again")
+            return (.failure, "this device was wiped; nothing stored on it can be decrypted", wipedHint)
+        case .wipedAfterFailedAttempts(let attempts):
+            return (.passcode, "wrong passcode (\(attempts) failed attempts): the erase-after limit was reached and the device was wiped; nothing stored on it can be decrypted", wipedHint)
         case .protectedDataUnavailable(let cls):
             return (.protectedDataUnavailable, "protected data unavailable: class \(cls.canonicalName) is locked", "run 'locker unlock', then try again")
         case .keyReset(let cls):

@@ -243,6 +243,50 @@ struct CLITests {
         }
     }
 
+    /// The attempt that reaches `--erase-after` is a wrong passcode (77)
+    /// that says the device was wiped, and the hint it gives is one that
+    /// `init` then accepts.
+    @Test func theAttemptThatErasesSaysSoAndTheHintWorks() throws {
+        try withFixture { f in
+            try f.initialize(passcode: "1234", ["--erase-after", "2"])
+            let put = try f.run(["put", "-", "/note", "--class", "none"], stdin: "kept\n")
+            #expect(put.status == 0, "\(put)")
+            #expect(try f.run(["lock", "--now"]).status == 0)
+
+            let first = try f.run(["unlock", "--passcode-stdin"], stdin: "0000\n")
+            #expect(first.status == 77, "\(first)")
+            #expect(first.stderr.contains("wrong passcode (1 failed attempt)"), "\(first)")
+            #expect(!first.stderr.contains("wiped"), "\(first)")
+            #expect(try f.status().state == "locked")
+
+            let second = try f.run(["unlock", "--passcode-stdin"], stdin: "1111\n")
+            #expect(second.status == 77, "\(second)")
+            #expect(second.stderr.hasPrefix("locker: error: wrong passcode (2 failed attempts): the erase-after limit was reached and the device was wiped"), "\(second)")
+            #expect(second.stderr.contains("locker: hint: to start again, delete the store's directory, or give 'locker init' a new --store"), "\(second)")
+            #expect(try f.status().state == "wiped")
+
+            // Afterwards the device says only that it is wiped (exit 1).
+            let after = try f.run(["get", "/note", "-"])
+            #expect(after.status == 1, "\(after)")
+            #expect(after.stderr.contains("this device was wiped"), "\(after)")
+            #expect(after.stderr.contains("give 'locker init' a new --store"), "\(after)")
+
+            // Both ways the hint names lead to a working device.
+            let newStore = f.root + "/s2"
+            let again = try f.run(["--store", newStore, "init", "--passcode-stdin"], stdin: "5678\n")
+            #expect(again.status == 0, "\(again)")
+            let put2 = try f.run(["--store", newStore, "put", "-", "/x"], stdin: "new\n")
+            #expect(put2.status == 0, "\(put2)")
+            #expect(try f.run(["wipe", "--yes"]).status == 0)
+            let refused = try f.run(["init", "--passcode-stdin"], stdin: "5678\n")
+            #expect(refused.status == 73, "\(refused)")
+            try FileManager.default.removeItem(atPath: f.store)
+            let fresh = try f.run(["init", "--passcode-stdin"], stdin: "5678\n")
+            #expect(fresh.status == 0, "\(fresh)")
+            #expect(try f.status().state == "unlocked")
+        }
+    }
+
     // 11
     @Test func noPasscodeDeviceIgnoresLock() throws {
         try withFixture { f in

@@ -58,7 +58,7 @@ import Testing
         device.lock(immediately: true)
         #expect(throws: DeviceError.wrongPasscode(failedAttempts: 1, nextAttemptAt: nil)) { try device.unlock(passcode: passcode("a")) }
         #expect(throws: DeviceError.wrongPasscode(failedAttempts: 2, nextAttemptAt: nil)) { try device.unlock(passcode: passcode("b")) }
-        #expect(throws: DeviceError.wiped) { try device.unlock(passcode: passcode("c")) }
+        #expect(throws: DeviceError.wipedAfterFailedAttempts(3)) { try device.unlock(passcode: passcode("c")) }
         #expect(device.state == .wiped)
         #expect(throws: DeviceError.wiped) { try device.unwrap(d) }
     }
