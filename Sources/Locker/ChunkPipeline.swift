@@ -465,6 +465,16 @@ final class WriteState: @unchecked Sendable {
 /// Reads an object's data file: authenticates the index, then opens the
 /// chunks a range needs, a batch at a time on all cores. Stops at the first
 /// failure; nothing unauthenticated reaches the sink.
+/// An error a reader's sink threw, kept apart from the reader's own: a
+/// destination that fails must not be reported as damage to the object.
+struct SinkFailure: Error {
+    let underlying: any Error
+
+    static func marking<T>(_ body: () throws -> T) throws -> T {
+        do { return try body() } catch { throw SinkFailure(underlying: error) }
+    }
+}
+
 final class ObjectReader {
     private let header: ObjectHeader
     private let file: any ChunkSource
@@ -558,7 +568,9 @@ final class ObjectReader {
             let batchOffset = index * chunkSize
             let lo = max(range.lowerBound, batchOffset) - batchOffset
             let hi = min(range.upperBound, batchOffset + UInt64(batchLength)) - batchOffset
-            if hi > lo { try sink(UnsafeRawBufferPointer(rebasing: plainBuffer.bytes[Int(lo)..<Int(hi)])) }
+            if hi > lo {
+                try SinkFailure.marking { try sink(UnsafeRawBufferPointer(rebasing: plainBuffer.bytes[Int(lo)..<Int(hi)])) }
+            }
             index += UInt64(n)
         }
     }
@@ -623,7 +635,9 @@ final class ObjectReader {
                     }
                     let lo = max(range.lowerBound, runStart) - runStart
                     let hi = min(range.upperBound, runEnd) - runStart
-                    try sink(runStart + lo - range.lowerBound, UnsafeRawBufferPointer(rebasing: plain.bytes[Int(lo)..<Int(hi)]))
+                    try SinkFailure.marking {
+                        try sink(runStart + lo - range.lowerBound, UnsafeRawBufferPointer(rebasing: plain.bytes[Int(lo)..<Int(hi)]))
+                    }
                 } catch {
                     // The other threads start no further run.
                     next.stop()

@@ -927,6 +927,10 @@ public final class Store: @unchecked Sendable {
             let reader = try ObjectReader(header: header, fileKey: fileKey, file: file, workers: options.workers,
                                           recheck: recheck)
             try body(reader, wanted)
+        } catch let failure as SinkFailure {
+            // The destination's error, as it was: only the reader's own
+            // failures below are the object's damage.
+            throw failure.underlying
         } catch is CryptoError {
             throw StoreError.integrity(path: path.description, what: "data")
         } catch is FormatError {

@@ -33,11 +33,13 @@ struct LibraryFixture {
 
     /// Initializes the device on first call (unlocked); later calls boot
     /// it, and unlock it when `passcode` is given.
-    func open(passcode: String? = LibraryFixture.passcode, grace: UInt32 = 10) throws -> Store {
+    /// `workers` 0 uses every core; a test whose timing depends on how
+    /// many threads share a read gives a number.
+    func open(passcode: String? = LibraryFixture.passcode, grace: UInt32 = 10, workers: Int = 0) throws -> Store {
         try Store.embedded(
             storeDirectory: storeDirectory, deviceDirectory: deviceDirectory, passcode: passcode.map(secret),
             options: Device.Options(graceSeconds: grace, passcodeCost: .fixed(logN: 10)),
-            storeOptions: Store.Options(chunkSize: 16 << 10), clock: clock)
+            storeOptions: Store.Options(chunkSize: 16 << 10, workers: workers), clock: clock)
     }
 
     /// Drives the store's device into `state`. Before first unlock is a
