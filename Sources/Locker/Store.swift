@@ -649,6 +649,7 @@ public final class Store: @unchecked Sendable {
         } else {
             destinationParent = try directory(at: destination.parent)
         }
+        guard target != source else { throw StoreError.invalidPath("\(source) is already at \(target)") }
         guard !target.isWithin(source) else { throw StoreError.invalidPath("cannot move \(source) into itself") }
         let targetFsPath = try entryPath(target.name, in: destinationParent)
         guard try kind(of: targetFsPath) == .missing else { throw StoreError.alreadyExists(target.description) }

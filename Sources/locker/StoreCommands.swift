@@ -682,7 +682,9 @@ struct Get: ParsableCommand {
     @Argument(help: "A local file, '-' for standard output (the default), or with -r a local directory.")
     var destination: String?
 
-    @Option(help: ArgumentHelp("Bytes START through END, inclusive.", valueName: "START-END"))
+    // Taken as given even when it starts with "-", so that "-3" gets the
+    // range's own error rather than "missing value".
+    @Option(parsing: .unconditional, help: ArgumentHelp("Bytes START through END, inclusive.", valueName: "START-END"))
     var range: String?
 
     @Flag(name: [.customShort("r"), .customLong("recursive")], help: "Fetch a directory tree.")
@@ -692,12 +694,16 @@ struct Get: ParsableCommand {
         // A tree has no one byte range; fetching the whole tree instead
         // would write what was not asked for.
         if r && range != nil { throw ValidationError("--range applies to one object, not to a tree (-r)") }
+        if !r, destination?.isEmpty == true { throw ValidationError("DEST cannot be empty; give a local path, or '-' for standard output") }
     }
 
     func parseRange(size: UInt64) throws -> Range<UInt64>? {
         guard let range else { return nil }
         let parts = range.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
         guard parts.count == 2, let start = UInt64(parts[0]) else {
+            if range.hasPrefix("-") {
+                throw CommandFailure(.usage, "--range \(range): START is missing; a range is START-END or START- (bytes from START to the end)")
+            }
             throw CommandFailure(.usage, "--range takes START-END, for example 0-1023")
         }
         // What the object holds, for a range that reaches past it.
@@ -1468,6 +1474,7 @@ struct ItemReport: Encodable {
     var defaultClass: String?
     var effectiveDefault: String?
     var defaultSource: String?
+    var created: String?
     var damaged: String?
 
     init(_ item: ItemInfo) {
@@ -1481,6 +1488,7 @@ struct ItemReport: Encodable {
             defaultClass = d.defaultClass?.canonicalName
             effectiveDefault = d.effectiveDefault.canonicalName
             defaultSource = d.defaultSource.description
+            created = time(d.created)
         case .damaged(let why):
             type = "damaged"
             damaged = why
@@ -1497,6 +1505,7 @@ struct ItemReport: Encodable {
             try c.encode(defaultClass, forKey: .defaultClass)
             try c.encode(effectiveDefault, forKey: .effectiveDefault)
             try c.encode(defaultSource, forKey: .defaultSource)
+            try c.encode(created, forKey: .created)
         } else {
             try c.encode(damaged, forKey: .damaged)
         }

@@ -202,6 +202,7 @@ struct StatJSON: Decodable {
     var defaultClass: String?
     var effectiveDefault: String?
     var defaultSource: String?
+    var created: String?
     var damaged: String?
 }
 

@@ -126,6 +126,27 @@ struct StoreCLITests {
     /// either; `passwd` and `reset` take `--passcode-stdin` as `init` and
     /// `unlock` do; `get -r` refuses `--range` rather than fetch the whole
     /// tree.
+    @Test func oddArgumentsGetTheirOwnUsageErrors() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/x", Data("0123456789".utf8))
+            let cases: [([String], String)] = [
+                (["get", "/x", ""], "locker: error: DEST cannot be empty; give a local path, or '-' for standard output"),
+                (["get", "/x", "-", "--range", "-3"], "locker: error: --range -3: START is missing; a range is START-END or START-"),
+                (["get", "/x", "-", "--range=-3"], "locker: error: --range -3: START is missing"),
+                (["mv", "/x", "/"], "locker: error: /x is already at /x"),
+            ]
+            for (arguments, message) in cases {
+                let result = try f.raw(arguments)
+                #expect(result.status == 64, "\(result)")
+                #expect(result.stderr.hasPrefix(message), "\(result)")
+                #expect(result.stdout.isEmpty, "\(result)")
+            }
+            #expect(try f.raw(["get", "/x", "-", "--range", "3-"]).stdout == Data("3456789".utf8))
+            #expect(try f.raw(["get", "/x", "-"]).stdout == Data("0123456789".utf8))
+        }
+    }
+
     @Test func flagsAreSpelledAlikeAcrossCommands() throws {
         try withStoreFixture { f in
             try f.initialize()
@@ -837,6 +858,9 @@ struct StoreCLITests {
             let dir = try f.stat("/a")
             #expect(dir.type == "directory")
             #expect(dir.defaultClass == "complete")
+            // A directory's creation time, as an object's is given.
+            let made = try #require(dir.created.flatMap { ISO8601DateFormatter().date(from: $0) }, "\(dir)")
+            #expect(abs(made.timeIntervalSinceNow) < 600, "\(dir)")
             let plain = try f.stat("/plain")
             #expect(plain.defaultClass == nil)
             #expect(plain.effectiveDefault == "none")
