@@ -462,9 +462,6 @@ final class WriteState: @unchecked Sendable {
     }
 }
 
-/// Reads an object's data file: authenticates the index, then opens the
-/// chunks a range needs, a batch at a time on all cores. Stops at the first
-/// failure; nothing unauthenticated reaches the sink.
 /// An error a reader's sink threw, kept apart from the reader's own: a
 /// destination that fails must not be reported as damage to the object.
 struct SinkFailure: Error {
@@ -475,6 +472,9 @@ struct SinkFailure: Error {
     }
 }
 
+/// Reads an object's data file: authenticates the index, then opens the
+/// chunks a range needs, a batch at a time on all cores. Stops at the first
+/// failure; nothing unauthenticated reaches the sink.
 final class ObjectReader {
     private let header: ObjectHeader
     private let file: any ChunkSource

@@ -697,7 +697,9 @@ public final class Store: @unchecked Sendable {
             var moving = old
             moving.parentID = destinationParent.record.directoryID
             moving.name = target.name
-            moving.previous = old.place
+            // The place it was reached at, not the record's own: a record
+            // a crash left mid-move names the new place already.
+            moving.previous = .init(parentID: sourceParent.record.directoryID, name: source.name)
             let parents = [sourceParent.fsPath] + (destinationParent.fsPath == sourceParent.fsPath ? [] : [destinationParent.fsPath])
             try fs.writeFileAtomically(sourceFsPath + "/.dir", moving.sealed(with: metadata))
             do {

@@ -85,7 +85,7 @@ extension Store {
                         let record = try readDirectoryRecord(fsPath, path: itemPath, in: directory.record.directoryID)
                         scan(Directory(fsPath: fsPath, record: record, storePath: itemPath))
                     } catch {
-                        report.damaged.append(.init(location: itemPath.description, reason: "directory record does not authenticate"))
+                        report.damaged.append(.init(location: itemPath.description, reason: "directory record does not authenticate, or is of another directory"))
                     }
                     continue
                 }

@@ -159,7 +159,7 @@ enum ErrorPresenter {
         case .wiped:
             return (.failure, "this device was wiped; nothing stored on it can be decrypted", wipedHint)
         case .wipedAfterFailedAttempts(let attempts):
-            return (.passcode, "wrong passcode (\(attempts) failed attempts): the erase-after limit was reached and the device was wiped; nothing stored on it can be decrypted", wipedHint)
+            return (.passcode, "wrong passcode (\(attempts) failed attempt\(attempts == 1 ? "" : "s")): the erase-after limit was reached and the device was wiped; nothing stored on it can be decrypted", wipedHint)
         case .protectedDataUnavailable(let cls):
             return (.protectedDataUnavailable, "protected data unavailable: class \(cls.canonicalName) is locked", "run 'locker unlock', then try again")
         case .keyReset(let cls):

@@ -694,6 +694,14 @@ struct Get: ParsableCommand {
         // A tree has no one byte range; fetching the whole tree instead
         // would write what was not asked for.
         if r && range != nil { throw ValidationError("--range applies to one object, not to a tree (-r)") }
+        // Taken unconditionally, so a forgotten value swallows the next
+        // argument: only "-DIGITS" is a range (without START).
+        if let range, range.hasPrefix("-") {
+            if range.count > 1, range.dropFirst().allSatisfy({ $0.isASCII && $0.isNumber }) {
+                throw ValidationError("--range \(range): START is missing; a range is START-END or START- (bytes from START to the end)")
+            }
+            throw ValidationError("--range needs a value: START-END or START-, for example 0-1023")
+        }
         if !r, destination?.isEmpty == true { throw ValidationError("DEST cannot be empty; give a local path, or '-' for standard output") }
     }
 
@@ -701,9 +709,6 @@ struct Get: ParsableCommand {
         guard let range else { return nil }
         let parts = range.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
         guard parts.count == 2, let start = UInt64(parts[0]) else {
-            if range.hasPrefix("-") {
-                throw CommandFailure(.usage, "--range \(range): START is missing; a range is START-END or START- (bytes from START to the end)")
-            }
             throw CommandFailure(.usage, "--range takes START-END, for example 0-1023")
         }
         // What the object holds, for a range that reaches past it.

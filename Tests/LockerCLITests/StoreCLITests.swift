@@ -122,10 +122,8 @@ struct StoreCLITests {
         }
     }
 
-    /// `-r` and `--recursive` are one flag on every command that takes
-    /// either; `passwd` and `reset` take `--passcode-stdin` as `init` and
-    /// `unlock` do; `get -r` refuses `--range` rather than fetch the whole
-    /// tree.
+    /// Arguments that are not what the command takes get a usage error
+    /// (64) that says what is wrong; a range is checked before the store is read.
     @Test func oddArgumentsGetTheirOwnUsageErrors() throws {
         try withStoreFixture { f in
             try f.initialize()
@@ -135,6 +133,9 @@ struct StoreCLITests {
                 (["get", "/x", "-", "--range", "-3"], "locker: error: --range -3: START is missing; a range is START-END or START-"),
                 (["get", "/x", "-", "--range=-3"], "locker: error: --range -3: START is missing"),
                 (["mv", "/x", "/"], "locker: error: /x is already at /x"),
+                // A forgotten value: the next argument is not a range.
+                (["get", "/x", "--range", "-r"], "locker: error: --range needs a value: START-END or START-"),
+                (["get", "/missing", "-", "--range", "-3"], "locker: error: --range -3: START is missing"),
             ]
             for (arguments, message) in cases {
                 let result = try f.raw(arguments)
@@ -147,6 +148,10 @@ struct StoreCLITests {
         }
     }
 
+    /// `-r` and `--recursive` are one flag on every command that takes
+    /// either; `passwd` and `reset` take `--passcode-stdin` as `init` and
+    /// `unlock` do; `get -r` refuses `--range` rather than fetch the whole
+    /// tree.
     @Test func flagsAreSpelledAlikeAcrossCommands() throws {
         try withStoreFixture { f in
             try f.initialize()

@@ -206,6 +206,41 @@ private func errorKind(_ error: any Error) -> String? {
         })
     }
 
+    /// A directory a crash left half moved (its record names the new place
+    /// and the old one as previous; the directory not yet renamed), moved
+    /// again with a crash at every call: it stays reachable, with its
+    /// object, at its old path or its new one.
+    @Test func aHalfMovedDirectoryMovedAgainStaysReachable() throws {
+        let bench = try StoreBench()
+        defer { bench.cleanUp() }
+        let move = StoreOperation(name: "mv /d /e/d") { try $0.move(StorePath("/d"), to: StorePath("/e/d")) }
+        let truth = bytes(3 * chunk, seed: 1)
+        func reachable(_ directory: String) throws -> [String] {
+            let store = try Store(path: directory, keys: bench.device, options: StoreBench.options())
+            return ["/d/obj", "/e/d/obj"].filter { path in
+                var data: [UInt8] = []
+                guard (try? store.read(StorePath(path)) { data.append(contentsOf: $0) }) != nil else { return false }
+                return data == truth
+            }
+        }
+        // The directory's own rename is the move's second rename (the
+        // first puts its rewritten record in place).
+        let calls = try bench.run(move, .none).calls
+        let renames = calls.indices.filter { ["rename", "renameat2"].contains(calls[$0]) }
+        try #require(renames.count >= 2, "\(calls)")
+        let halfMoved = try bench.run(move, .failFrom(at: renames[1] + 1, errno: EIO))
+        #expect(halfMoved.error != nil)
+        #expect(try reachable(halfMoved.directory) == ["/d/obj"])
+        try FileManager.default.removeItem(atPath: bench.template)
+        try copyTree(halfMoved.directory, to: bench.template)
+
+        let again = try bench.run(move, .none).calls.count
+        for at in 1...again {
+            let run = try bench.run(move, .failFrom(at: at, errno: EIO))
+            #expect(try reachable(run.directory).count == 1, "crash at call \(at) of \(again)")
+        }
+    }
+
     @Test func setClass() throws {
         try exercise(StoreOperation(name: "setclass") { try $0.setClass(StorePath("/d/obj"), to: .complete) })
     }
