@@ -742,7 +742,7 @@ struct Get: ParsableCommand {
             let count = try exportTree(store, from: source, to: destination, damaged)
             print("Fetched \(count) object\(count == 1 ? "" : "s") into \(shown(destination))."
                   + (damaged.count > 0 ? " \(damaged.count) damaged not fetched; see the warnings." : ""))
-            try damaged.fail(hint: "'locker verify' lists the damage; restore those objects from a copy, or remove them with 'locker rm'")
+            try damaged.fail()
             return
         }
         guard case .object(let info) = try store.stat(source).kind else {
@@ -1042,9 +1042,10 @@ final class DamagedObjects {
     }
 
     /// Throws if any object was left out.
-    func fail(hint: String) throws {
+    func fail() throws {
         guard count > 0 else { return }
-        throw CommandFailure(.integrity, "\(count) damaged object\(count == 1 ? " was" : "s were") not fetched", hint: hint)
+        throw CommandFailure(.integrity, "\(count) damaged object\(count == 1 ? " was" : "s were") not fetched",
+                             hint: "'locker verify' lists the damage; restore those objects from a copy, or remove them with 'locker rm'")
     }
 }
 
@@ -1872,7 +1873,7 @@ struct Export: ParsableCommand {
             for entry in skipped { print("  skipped \(shown(entry.path)): \(entry.skipped ?? "")") }
         }
         // Damage is not unavailability: no unlock or flag makes it readable.
-        try damaged.fail(hint: "'locker verify' lists the damage; restore those objects from a copy, or remove them with 'locker rm'")
+        try damaged.fail()
         if !skipped.isEmpty && !skipUnavailable {
             let notExported = "\(skipped.count) object\(skipped.count == 1 ? " was" : "s were") not exported"
             if resetCount == skipped.count {

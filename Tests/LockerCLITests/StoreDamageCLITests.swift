@@ -236,7 +236,7 @@ struct StoreDamageCLITests {
 
             func expectFetchedTheRest(_ r: RawResult, into root: String) {
                 #expect(r.status == 65, "\(r)")
-                #expect(r.stderr.contains("3 damaged objects were not fetched"), "\(r)")
+                #expect(r.stderr.contains("locker: error: 3 damaged objects were not fetched\nlocker: hint: 'locker verify' lists the damage"), "\(r)")
                 for path in damaged {
                     #expect(r.stderr.contains("locker: warning: not fetched: integrity failure: \(path): "), "\(path): \(r)")
                     #expect(!FileManager.default.fileExists(atPath: root + path.dropFirst(2)), "\(path)")
