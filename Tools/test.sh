@@ -18,17 +18,34 @@ bash Tools/setup.sh
 # fails the build if a module imports one it does not declare, which keeps
 # the layering honest.
 swift build --build-tests --explicit-target-dependency-import-check error
-env -u LOCKER_SOAK_SECONDS swift test --skip-build --disable-xctest
+
+# Runs a test command. If it fails, its failures are printed again at the
+# end, so that they are in the last lines of a long log (the suites print
+# a lot while they run).
+run_tests() {
+  local log
+  log="$(mktemp)"
+  if "$@" 2>&1 | tee "$log"; then
+    rm -f "$log"
+    return 0
+  fi
+  echo "---- the failures above, again ----"
+  grep -E -A6 '✘|Fatal error' "$log" | tail -n 200 || true
+  rm -f "$log"
+  return 1
+}
+
+run_tests env -u LOCKER_SOAK_SECONDS swift test --skip-build --disable-xctest
 # The end-to-end suites once more, against the release binary built as the
 # README and the demo build it (optimized, the Swift runtime and Foundation
 # linked in): what users run, not only the debug build.
 release_locker="$(bash Tools/build-release.sh)"
 LOCKER_CLI="$release_locker" \
-  env -u LOCKER_SOAK_SECONDS swift test --skip-build --disable-xctest --filter LockerCLITests
+  run_tests env -u LOCKER_SOAK_SECONDS swift test --skip-build --disable-xctest --filter LockerCLITests
 soak_seconds="${LOCKER_SOAK_SECONDS:-60}"
 if [ "$soak_seconds" -gt 0 ]; then
   # Alone, so that its 8 processes are not starved by the suite.
-  LOCKER_SOAK_SECONDS="$soak_seconds" swift test --skip-build --disable-xctest --filter ConcurrencySoakCLITests
+  run_tests env LOCKER_SOAK_SECONDS="$soak_seconds" swift test --skip-build --disable-xctest --filter ConcurrencySoakCLITests
 fi
 fuzz_seconds="${LOCKER_FUZZ_SECONDS:-40}"
 if [ "$fuzz_seconds" -gt 0 ]; then

@@ -38,6 +38,10 @@ enum Interruption {
     /// Whether ``check()`` has thrown: the command is unwinding.
     private static let unwinding = Atomic<Bool>(false)
     private static let shared = Mutex(Shared())
+    /// Taken for good when the process starts to end by a signal, and held
+    /// while a temporary is created and registered, or put in place and
+    /// unregistered: the cleanups never run between the two halves.
+    private static let ending = NSLock()
 
     private struct Shared: @unchecked Sendable {
         /// Settings of standard input to restore, while a prompt has
@@ -131,10 +135,39 @@ enum Interruption {
         }
     }
 
-    /// ``registerCleanup(_:)`` for the file `name` in the open directory
-    /// `directory`, which must stay open until unregistered.
-    static func registerTemporary(_ name: String, in directory: Int32) -> Int {
-        registerCleanup { _ = unlinkat(directory, name, 0) }
+    /// Creates a temporary with `create` and registers the cleanup that
+    /// `cleanup` makes for it, as one step: a process that ends by a
+    /// signal meanwhile has either not created it or removes it. (Created
+    /// first and registered after, a second Ctrl-C in between would leave
+    /// it.) Returns what `create` made and the token for
+    /// ``unregisterCleanup(_:)``.
+    static func creatingTemporary<T, E: Error>(_ create: () throws(E) -> T,
+                                               cleanup: (T) -> @Sendable () -> Void) throws(E) -> (made: T, token: Int) {
+        ending.lock()
+        defer { ending.unlock() }
+        let made = try create()
+        return (made, registerCleanup(cleanup(made)))
+    }
+
+    /// ``creatingTemporary(_:cleanup:)`` for a file `name` that `create`
+    /// makes in the open directory `directory`, which must stay open until
+    /// unregistered.
+    static func creatingTemporary<T, E: Error>(_ name: String, in directory: Int32,
+                                               _ create: () throws(E) -> T) throws(E) -> (made: T, token: Int) {
+        try creatingTemporary(create, cleanup: { _ in { _ = unlinkat(directory, name, 0) } })
+    }
+
+    /// Runs `body`, which puts the temporary registered as `token` in its
+    /// place, and if it returns, unregisters its cleanup, as one step: the
+    /// cleanup never runs once the temporary is what it became (it would
+    /// empty a directory just published). If `body` throws, the cleanup
+    /// stays registered.
+    static func finishingTemporary<T, E: Error>(_ token: Int, _ body: () throws(E) -> T) throws(E) -> T {
+        ending.lock()
+        defer { ending.unlock() }
+        let result = try body()
+        unregisterCleanup(token)
+        return result
     }
 
     static func unregisterCleanup(_ token: Int) {
@@ -181,6 +214,9 @@ enum Interruption {
     /// Runs the registered cleanups and ends the process by the
     /// first signal received.
     private static func endNow() -> Never {
+        // Never released: the process ends. A second caller (the grace
+        // timer and a second signal) waits here until it has.
+        ending.lock()
         let signal = received.load(ordering: .acquiring)
         // The lock is kept: no command registers or renames a temporary
         // from here on.

@@ -205,16 +205,17 @@ private func writeLocalFile(_ name: String, in directory: OpenDirectory, path: S
         CommandFailure.cannot("write \(path)", error.errno)
     }
     let temporary = ".locker-" + UUID().uuidString + ".tmp"
-    let fd: Int32
-    do {
-        fd = try directory.createFile(temporary, mode: mode)
+    // Removed by the signal handling too, should the process have to end
+    // before this function does.
+    let (fd, registration): (Int32, Int)
+    do throws(IOError) {
+        (fd, registration) = try Interruption.creatingTemporary(temporary, in: directory.fd) { () throws(IOError) -> Int32 in
+            try directory.createFile(temporary, mode: mode)
+        }
     } catch {
         throw failure(error)
     }
     defer { Foundation.close(fd) }
-    // Removed by the signal handling too, should the process have to end
-    // before this function does.
-    let registration = Interruption.registerTemporary(temporary, in: directory.fd)
     defer { Interruption.unregisterCleanup(registration) }
     do {
         try body(NewLocalFile(fd: fd, name: temporary, directory: directory))

@@ -840,12 +840,15 @@ struct Get: ParsableCommand {
         let destination = try LocalDestination(parent)
         let base = destination.root
         let stagingName = ".locker-" + UUID().uuidString + ".tmp"
-        let staging = try base.subdirectory(stagingName, new: true)
         // Removed by the signal handling too, should the process have to
         // end before this function does; until the rename, after which
         // the tree is DEST.
-        let (built, into) = (staging.directory, base.directory)
-        let registration = Interruption.registerCleanup { removeBuiltDirectory(built, named: stagingName, in: into) }
+        let (staging, registration) = try Interruption.creatingTemporary({
+            try base.subdirectory(stagingName, new: true)
+        }, cleanup: { staging in
+            let (built, into) = (staging.directory, base.directory)
+            return { removeBuiltDirectory(built, named: stagingName, in: into) }
+        })
         defer { Interruption.unregisterCleanup(registration) }
         do {
             let count = try exportDirectory(store, from: source, into: staging, destination, nil, damaged)
@@ -854,8 +857,9 @@ struct Get: ParsableCommand {
             } catch {
                 throw CommandFailure(.failure, "cannot write into \(parent): \(error)")
             }
-            Interruption.unregisterCleanup(registration)
-            try publishBuiltDirectory(stagingName, from: base.directory, to: name, in: base.directory, path: trimmed)
+            try Interruption.finishingTemporary(registration) {
+                try publishBuiltDirectory(stagingName, from: base.directory, to: name, in: base.directory, path: trimmed)
+            }
             // What was renamed is what was at the temporary name: the tree
             // built, unless that was moved away and something else put
             // there meanwhile.
