@@ -38,10 +38,32 @@ enum Interruption {
     /// Whether ``check()`` has thrown: the command is unwinding.
     private static let unwinding = Atomic<Bool>(false)
     private static let shared = Mutex(Shared())
-    /// Taken for good when the process starts to end by a signal, and held
-    /// while a temporary is created and registered, or put in place and
-    /// unregistered: the cleanups never run between the two halves.
-    private static let ending = NSLock()
+    /// Taken for good, exclusively, when the process starts to end by a
+    /// signal; shared while a temporary is created and registered, or put
+    /// in place and unregistered, so that the cleanups never run between
+    /// the two halves, while the fetch's threads create their files at
+    /// once. The one waiting to end goes first: no new share is given
+    /// while it waits.
+    nonisolated(unsafe) private static let ending: UnsafeMutablePointer<pthread_rwlock_t> = {
+        let lock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
+        var attributes = pthread_rwlockattr_t()
+        pthread_rwlockattr_init(&attributes)
+        pthread_rwlockattr_setkind_np(&attributes, Int32(PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP))
+        pthread_rwlock_init(lock, &attributes)
+        pthread_rwlockattr_destroy(&attributes)
+        return lock
+    }()
+
+    /// Runs `body` with no cleanup running meanwhile: either the cleanups
+    /// have run (and the process is ending, so this waits for ever) or
+    /// they run after `body` has returned. `body` must not call into
+    /// ``Interruption`` except ``registerCleanup(_:)`` and
+    /// ``unregisterCleanup(_:)``.
+    static func holdingOffCleanups<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        pthread_rwlock_rdlock(ending)
+        defer { pthread_rwlock_unlock(ending) }
+        return try body()
+    }
 
     private struct Shared: @unchecked Sendable {
         /// Settings of standard input to restore, while a prompt has
@@ -143,10 +165,10 @@ enum Interruption {
     /// ``unregisterCleanup(_:)``.
     static func creatingTemporary<T, E: Error>(_ create: () throws(E) -> T,
                                                cleanup: (T) -> @Sendable () -> Void) throws(E) -> (made: T, token: Int) {
-        ending.lock()
-        defer { ending.unlock() }
-        let made = try create()
-        return (made, registerCleanup(cleanup(made)))
+        try holdingOffCleanups { () throws(E) in
+            let made = try create()
+            return (made, registerCleanup(cleanup(made)))
+        }
     }
 
     /// ``creatingTemporary(_:cleanup:)`` for a file `name` that `create`
@@ -163,11 +185,11 @@ enum Interruption {
     /// empty a directory just published). If `body` throws, the cleanup
     /// stays registered.
     static func finishingTemporary<T, E: Error>(_ token: Int, _ body: () throws(E) -> T) throws(E) -> T {
-        ending.lock()
-        defer { ending.unlock() }
-        let result = try body()
-        unregisterCleanup(token)
-        return result
+        try holdingOffCleanups { () throws(E) in
+            let result = try body()
+            unregisterCleanup(token)
+            return result
+        }
     }
 
     static func unregisterCleanup(_ token: Int) {
@@ -214,9 +236,15 @@ enum Interruption {
     /// Runs the registered cleanups and ends the process by the
     /// first signal received.
     private static func endNow() -> Never {
-        // Never released: the process ends. A second caller (the grace
-        // timer and a second signal) waits here until it has.
-        ending.lock()
+        // Never released: the process ends. (A second caller, the grace
+        // timer or a later signal, waits below until it has.) A share
+        // held by a thread stuck on a disk that does not answer must not
+        // keep the process from ending: after 2 seconds the cleanups run
+        // all the same.
+        var deadline = timespec()
+        clock_gettime(CLOCK_REALTIME, &deadline)
+        deadline.tv_sec += 2
+        _ = pthread_rwlock_timedwrlock(ending, &deadline)
         let signal = received.load(ordering: .acquiring)
         // The lock is kept: no command registers or renames a temporary
         // from here on.

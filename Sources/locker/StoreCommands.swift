@@ -971,7 +971,7 @@ struct Get: ParsableCommand {
                 // are fetched on.
                 results.removeAll { result in
                     guard let error = result.error as? StoreError, error.isIntegrity else { return false }
-                    if let written = result.written { try? local.directory.remove(written.temporary) }
+                    if let written = result.written { written.remove(in: local) }
                     damaged.note(error)
                     return true
                 }
@@ -995,8 +995,8 @@ struct Get: ParsableCommand {
     /// else the target itself. Each result holds the file written (if one
     /// was created) and the error, if any.
     private func fetchGroup(_ store: Store, _ group: [PreparedRead], into local: LocalDirectory, temporaries: Bool)
-        -> [(written: (temporary: String, target: String)?, error: (any Error)?)] {
-        typealias Result = (written: (temporary: String, target: String)?, error: (any Error)?)
+        -> [(written: WrittenFile?, error: (any Error)?)] {
+        typealias Result = (written: WrittenFile?, error: (any Error)?)
         // Each iteration writes only its own slot of a buffer allocated up
         // front (not an array, whose elements threads may not write at once).
         let slots = UnsafeMutableBufferPointer<Result>.allocate(capacity: group.count)
@@ -1014,13 +1014,22 @@ struct Get: ParsableCommand {
                 return
             }
             let fd: Int32
+            var token: Int?
             do throws(IOError) {
-                fd = try local.directory.createFile(temporary)
+                if temporaries {
+                    // Removed by the signal handling too, should the
+                    // process have to end before it is renamed.
+                    (fd, token) = try Interruption.creatingTemporary(temporary, in: local.directory.fd) { () throws(IOError) -> Int32 in
+                        try local.directory.createFile(temporary)
+                    }
+                } else {
+                    fd = try local.directory.createFile(temporary)
+                }
             } catch {
                 shared.slots[i].error = CommandFailure.cannot("write \(local.path(of: target))", error.errno)
                 return
             }
-            shared.slots[i].written = (temporary, target)
+            shared.slots[i].written = WrittenFile(temporary: temporary, target: target, token: token)
             defer { Foundation.close(fd) }
             do {
                 let out = OutputFile(fd: fd, name: temporary, in: local.directory, size: object.size)
@@ -1066,11 +1075,11 @@ final class DamagedObjects {
 final class TreeExport: @unchecked Sendable {
     private let destination: LocalDestination
     private let directoriesPerCommit = TreeExport.directoriesPerCommit()
-    private var waiting: [(directory: LocalDirectory, temporary: String, target: String)] = []
+    private var waiting: [(directory: LocalDirectory, file: WrittenFile)] = []
     private var waitingDirectories = 0
     /// For each existing directory that gets new subdirectories (by its
     /// place), the temporary directory they are built in, by name.
-    private var containers: [(parent: LocalPlace, name: String, container: LocalPlace)] = []
+    private var containers: [(parent: LocalPlace, name: String, container: LocalPlace, token: Int)] = []
     /// Where each parent's is in `containers`, by the parent's place.
     private var containerIndex: [String: Int] = [:]
     /// The directories built out of sight (in a container, by name), and
@@ -1084,7 +1093,7 @@ final class TreeExport: @unchecked Sendable {
     private let commits = BackgroundJob()
     // The group being committed: the committing job's until it ends, the
     // caller's after waiting on it.
-    private var committing: [(directory: LocalDirectory, temporary: String, target: String)] = []
+    private var committing: [(directory: LocalDirectory, file: WrittenFile)] = []
 
     /// Files renamed into place by the commits waited for.
     private(set) var count = 0
@@ -1108,10 +1117,10 @@ final class TreeExport: @unchecked Sendable {
     }
 
     /// Notes files written in `directory`, each under its temporary name.
-    func add(_ files: [(temporary: String, target: String)], in directory: LocalDirectory) {
+    func add(_ files: [WrittenFile], in directory: LocalDirectory) {
         guard !files.isEmpty else { return }
         if waiting.last?.directory !== directory { waitingDirectories += 1 }
-        waiting += files.map { (directory, $0.temporary, $0.target) }
+        waiting += files.map { (directory, $0) }
     }
 
     /// Notes a directory files are written into. One open with `O_PATH`
@@ -1150,12 +1159,18 @@ final class TreeExport: @unchecked Sendable {
     /// was not renamed.
     private func commit(syncing directories: [LocalDirectory]) throws -> Int {
         try sync(directories)
-        for (i, (directory, temporary, target)) in committing.enumerated() {
-            do {
-                try directory.directory.rename(temporary, to: target)
+        for (i, (directory, file)) in committing.enumerated() {
+            do throws(IOError) {
+                if let token = file.token {
+                    try Interruption.finishingTemporary(token) { () throws(IOError) in
+                        try directory.directory.rename(file.temporary, to: file.target)
+                    }
+                } else {
+                    try directory.directory.rename(file.temporary, to: file.target)
+                }
             } catch {
                 committing.removeFirst(i)
-                throw CommandFailure.cannot("write \(directory.path(of: target))", error.errno)
+                throw CommandFailure.cannot("write \(directory.path(of: file.target))", error.errno)
             }
         }
         defer { committing.removeAll() }
@@ -1198,9 +1213,20 @@ final class TreeExport: @unchecked Sendable {
     private func container(in parent: LocalDirectory) throws -> LocalPlace {
         if let existing = containerIndex[parent.place.relative] { return containers[existing].container }
         let name = ".locker-" + UUID().uuidString + ".tmp"
-        let made = try parent.subdirectory(name, creating: 0o700, new: true)
+        // Removed by the signal handling too, should the process have to
+        // end before the fetch removes it: opened again by its place, as
+        // ``removeContainers(alreadyEmpty:)`` does.
+        let (made, token) = try Interruption.creatingTemporary({
+            try parent.subdirectory(name, creating: 0o700, new: true)
+        }, cleanup: { [destination, place = parent.place] made in
+            let container = made.place
+            return {
+                guard let made = try? destination.open(container), let parent = try? destination.open(place) else { return }
+                removeBuiltDirectory(made.directory, named: name, in: parent.directory)
+            }
+        })
         containerIndex[parent.place.relative] = containers.count
-        containers.append((parent.place, name, made.place))
+        containers.append((parent.place, name, made.place, token))
         try noteDirectory(made)
         return made.place
     }
@@ -1223,7 +1249,11 @@ final class TreeExport: @unchecked Sendable {
         while let (container, name, parent, target) = staged.first {
             let from = try open(container)
             let to = try open(parent)
-            try publishBuiltDirectory(name, from: from.directory, to: target, in: to.directory, path: to.path(of: target))
+            // Not while its container's cleanup runs: that would empty it
+            // if it had opened it before the rename.
+            try Interruption.holdingOffCleanups {
+                try publishBuiltDirectory(name, from: from.directory, to: target, in: to.directory, path: to.path(of: target))
+            }
             staged.removeFirst()
             published = true
         }
@@ -1235,7 +1265,8 @@ final class TreeExport: @unchecked Sendable {
     /// the directory made) and removed as ``removeBuiltDirectory(_:named:in:isEmpty:)``
     /// does.
     private func removeContainers(alreadyEmpty: Bool) {
-        for (parent, name, place) in containers {
+        for (parent, name, place, token) in containers {
+            defer { Interruption.unregisterCleanup(token) }
             guard let container = try? destination.open(place), let parent = try? destination.open(parent) else { continue }
             removeBuiltDirectory(container.directory, named: name, in: parent.directory, isEmpty: alreadyEmpty)
         }
@@ -1247,7 +1278,7 @@ final class TreeExport: @unchecked Sendable {
     /// way ends, and the directories not published.
     func discard() {
         _ = try? commits.wait()
-        for (directory, temporary, _) in committing + waiting { try? directory.directory.remove(temporary) }
+        for (directory, file) in committing + waiting { file.remove(in: directory) }
         committing.removeAll()
         waiting.removeAll()
         removeContainers(alreadyEmpty: false)
@@ -1267,7 +1298,23 @@ final class TreeExport: @unchecked Sendable {
 struct UncheckedStore: @unchecked Sendable {
     let store: Store
     let group: [PreparedRead]
-    let slots: UnsafeMutableBufferPointer<(written: (temporary: String, target: String)?, error: (any Error)?)>
+    let slots: UnsafeMutableBufferPointer<(written: WrittenFile?, error: (any Error)?)>
+}
+
+/// A file a `get -r` wrote: under `temporary` until it is renamed to
+/// `target` (the same name if it was written straight to its target), and
+/// the token of its cleanup (``Interruption/creatingTemporary(_:in:_:)``)
+/// while it has a temporary name.
+struct WrittenFile: Sendable {
+    let temporary: String
+    let target: String
+    let token: Int?
+
+    /// Removes it from `directory`, where it was written, and its cleanup.
+    func remove(in directory: LocalDirectory) {
+        try? directory.directory.remove(temporary)
+        if let token { Interruption.unregisterCleanup(token) }
+    }
 }
 
 /// Creates the local directory `path` and any missing parents (`mode`

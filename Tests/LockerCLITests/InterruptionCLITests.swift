@@ -155,6 +155,60 @@ struct InterruptionCLITests {
         }
     }
 
+    /// A second Ctrl-C right after the first, before the fetch has begun
+    /// to stop, ends `get -r` into an existing directory at once; what it
+    /// had written under temporary names goes all the same: the files not
+    /// yet renamed into place, and the temporary directory its new
+    /// subdirectories were built in. Files already renamed stay, whole.
+    @Test func aSecondCtrlCDuringAGetIntoAnExistingDirectoryLeavesNoTemporaries() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let tree = f.root + "/tree"
+            var expected: [String: Data] = [:]
+            func file(_ relative: String, size: Int) throws {
+                let bytes = sampleBytes(relative, size: size)
+                expected[relative] = bytes
+                try bytes.write(to: URL(fileURLWithPath: tree + "/" + relative))
+            }
+            try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
+            // Files at the top go to temporary files beside their targets;
+            // the subdirectories, missing locally, are built in a
+            // temporary directory.
+            for i in 0..<1500 { try file("top\(i)", size: 1000 + i * 7) }
+            for d in 0..<20 {
+                try FileManager.default.createDirectory(atPath: tree + "/d\(d)", withIntermediateDirectories: true)
+                for i in 0..<100 { try file("d\(d)/f\(i)", size: 1500 + i * 20) }
+            }
+            try f.ok(["put", "-r", tree, "/t"], timeout: 120)
+
+            func temporaries(under root: String) -> [String] {
+                (FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? []).filter { $0.contains(".locker-") }
+            }
+            for (round, pause) in ([0, 0, 0, 1_000] as [useconds_t]).enumerated() {
+                let dest = f.root + "/existing\(round)"
+                try FileManager.default.createDirectory(atPath: dest, withIntermediateDirectories: true)
+                let get = try start(f, ["get", "-r", "/t", dest])
+                defer { get.stop() }
+                #expect(waitFor(seconds: 30) { !entries(dest, prefix: ".locker-").isEmpty }, "no temporary appeared")
+                let pid = get.process.processIdentifier
+                kill(pid, SIGSTOP)
+                #expect(isAlive(pid), "it finished before the signal")
+                kill(pid, SIGINT)
+                kill(pid, SIGCONT)
+                usleep(pause)
+                kill(pid, SIGINT)
+                #expect(get.waitForSignal(seconds: 15) == SIGINT)
+                #expect(temporaries(under: dest).isEmpty, "after \(pause) µs: \(temporaries(under: dest).prefix(5))")
+                // What is there is whole: fetched files renamed into place.
+                let left = (FileManager.default.enumerator(atPath: dest)?.allObjects as? [String] ?? [])
+                for relative in left where expected[relative] != nil {
+                    #expect(FileManager.default.contents(atPath: dest + "/" + relative) == expected[relative], "\(relative)")
+                }
+                #expect(left.allSatisfy { expected[$0] != nil || $0.hasPrefix("d") }, "\(left.filter { expected[$0] == nil }.prefix(5))")
+            }
+        }
+    }
+
     /// A signal ignored when `locker` starts (`nohup` ignores SIGHUP) stays
     /// ignored: the fetch goes on to the end.
     @Test func aSignalIgnoredAtTheStartStaysIgnored() throws {
