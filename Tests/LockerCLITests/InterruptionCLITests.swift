@@ -46,6 +46,20 @@ struct InterruptionCLITests {
         return run.waitForSignal(seconds: 10)
     }
 
+    /// An impatient Ctrl-C twice: ``interrupt(_:with:)`` with SIGINT, and
+    /// SIGINT again `pause` µs after `run` goes on, in the middle of its
+    /// cleanup or before it. Returns the signal that ended it.
+    func interruptTwice(_ run: BackgroundRun, pause: useconds_t) -> Int32? {
+        let pid = run.process.processIdentifier
+        kill(pid, SIGSTOP)
+        #expect(isAlive(pid), "it finished before the signal")
+        kill(pid, SIGINT)
+        kill(pid, SIGCONT)
+        usleep(pause)
+        kill(pid, SIGINT)
+        return run.waitForSignal(seconds: 15)
+    }
+
     /// `verify` finds nothing left over in the store.
     func expectCleanStore(_ f: CLIFixture, sourceLocation: SourceLocation = #_sourceLocation) throws {
         let verify = try f.raw(["verify"])
@@ -141,14 +155,7 @@ struct InterruptionCLITests {
                 let again = try start(f, ["get", "-r", "/t", f.root + "/new"])
                 defer { again.stop() }
                 #expect(waitFor(seconds: 30) { !entries(f.root, prefix: ".locker-").isEmpty }, "no temporary directory appeared")
-                let pid = again.process.processIdentifier
-                kill(pid, SIGSTOP)
-                #expect(isAlive(pid), "it finished before the signal")
-                kill(pid, SIGINT)
-                kill(pid, SIGCONT)
-                usleep(pause)
-                kill(pid, SIGINT)
-                #expect(again.waitForSignal(seconds: 15) == SIGINT)
+                #expect(interruptTwice(again, pause: pause) == SIGINT)
                 #expect(entries(f.root, prefix: ".locker-").isEmpty, "after \(pause) µs: \(entries(f.root, prefix: ".locker-"))")
                 #expect(!FileManager.default.fileExists(atPath: f.root + "/new"))
             }
@@ -190,14 +197,7 @@ struct InterruptionCLITests {
                 let get = try start(f, ["get", "-r", "/t", dest])
                 defer { get.stop() }
                 #expect(waitFor(seconds: 30) { !entries(dest, prefix: ".locker-").isEmpty }, "no temporary appeared")
-                let pid = get.process.processIdentifier
-                kill(pid, SIGSTOP)
-                #expect(isAlive(pid), "it finished before the signal")
-                kill(pid, SIGINT)
-                kill(pid, SIGCONT)
-                usleep(pause)
-                kill(pid, SIGINT)
-                #expect(get.waitForSignal(seconds: 15) == SIGINT)
+                #expect(interruptTwice(get, pause: pause) == SIGINT)
                 #expect(temporaries(under: dest).isEmpty, "after \(pause) µs: \(temporaries(under: dest).prefix(5))")
                 // What is there is whole: fetched files renamed into place.
                 let left = (FileManager.default.enumerator(atPath: dest)?.allObjects as? [String] ?? [])
