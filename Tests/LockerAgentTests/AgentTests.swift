@@ -657,7 +657,7 @@ struct AgentTests {
 @Suite("Agent wire format")
 struct AgentWireFormatTests {
     static let errors: [any Error & Equatable] = [
-        DeviceError.notInitialized, DeviceError.alreadyInitialized, DeviceError.wiped,
+        DeviceError.notInitialized, DeviceError.alreadyInitialized, DeviceError.wiped, DeviceError.wipedAfterFailedAttempts(10),
         DeviceError.protectedDataUnavailable(.completeUnlessOpen), DeviceError.keyReset(.complete),
         DeviceError.wrongPasscode(failedAttempts: 3, nextAttemptAt: nil),
         DeviceError.wrongPasscode(failedAttempts: 6, nextAttemptAt: 1_700_000_300.5),
