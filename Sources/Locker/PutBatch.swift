@@ -107,6 +107,7 @@ extension Store {
         guard Set(items.map(\.path)).count == items.count else { throw StoreError.invalidPath("the same path twice in one batch") }
         if let tree, tree.isFinished { throw StoreError.invalidPath("the staged tree is already published") }
         guard early.count == items.count else { throw StoreError.invalidPath("a read-ahead window started for another batch") }
+        for item in items { try checkDepth(item.path) }
 
         // Where each object goes, and its class.
         struct Target {

@@ -361,6 +361,50 @@ public final class Store: @unchecked Sendable {
         return try inheritedClass(for: path, chain: chain, storeDefault: &storeDefault)
     }
 
+    // MARK: Depth
+
+    /// The longest file-system path a stored entry may have: the kernel's
+    /// PATH_MAX (4,096 bytes with its terminating zero) less room for
+    /// what is written below or beside the deepest entry (a directory
+    /// record's temporary name, `.dir.tmp-PID-RANDOM`) and for the
+    /// temporary directory a tree is built in before it is renamed into
+    /// place (`.tmp-dir-UUID`, one more level).
+    static let fsPathLimit = Int(PATH_MAX) - 1 - 128
+
+    /// Throws ``StoreError/invalidPath(_:)``, before anything is written,
+    /// if `path`, with `below` more bytes of file-system path under it,
+    /// would need a longer file-system path than ``fsPathLimit``: every
+    /// name is stored encrypted (at least 38 bytes), so a few hundred
+    /// levels of short names, or fewer long ones, reach the kernel's
+    /// limit, and a store must not hold what it cannot open again.
+    func checkDepth(_ path: StorePath, below: Int = 0) throws {
+        let length = storedLength(path) + below
+        guard length > Self.fsPathLimit else { return }
+        throw StoreError.invalidPath("""
+            \(path) is nested too deeply for this store: stored, it would need a file-system path of \(length) bytes, \
+            and the store allows \(Self.fsPathLimit) (Linux allows 4,095 in all, and this store's own path takes \(namespaceRoot.utf8.count))
+            """)
+    }
+
+    /// The length of the file-system path `path` is stored at.
+    func storedLength(_ path: StorePath) -> Int {
+        path.components.reduce(namespaceRoot.utf8.count) { $0 + 1 + NameCodec.fileNameLength(nameLength: $1.utf8.count) }
+    }
+
+    /// How many bytes of file-system path the deepest entry below the
+    /// directory at `fsPath` adds to it (0 for an empty directory), for a
+    /// move of the directory. Its own files (the record, temporaries) are
+    /// within ``fsPathLimit``'s room.
+    func depthBelow(_ fsPath: String) throws -> Int {
+        var deepest = 0
+        for name in try fs.contentsOfDirectory(fsPath) where !name.hasPrefix(".") && !Self.isTemporary(name) {
+            let entry = fsPath + "/" + name
+            let below = try fs.status(entry)?.isDirectory == true ? try depthBelow(entry) : 0
+            deepest = max(deepest, 1 + name.utf8.count + below)
+        }
+        return deepest
+    }
+
     // MARK: Directories
 
     /// Creates a directory. With `parents`, missing parents are created and
@@ -373,6 +417,7 @@ public final class Store: @unchecked Sendable {
             guard parents else { throw StoreError.alreadyExists("/") }
             return try directoryInfo(path)
         }
+        try checkDepth(path)
         let lock = try lockStore()
         defer { withExtendedLifetime(lock) {} }
         var current = try rootDirectory()
@@ -456,6 +501,7 @@ public final class Store: @unchecked Sendable {
     /// what was created; an object in the way throws
     /// ``StoreError/notADirectory(_:)`` before anything is.
     func buildDirectories(_ paths: [StorePath], in container: String? = nil) throws -> DirectoryBuild {
+        for path in paths { try checkDepth(path) }
         var wanted = Set<StorePath>()
         for path in paths {
             var current = path
@@ -655,6 +701,12 @@ public final class Store: @unchecked Sendable {
         guard try kind(of: targetFsPath) == .missing else { throw StoreError.alreadyExists(target.description) }
         let sourceParent = try directory(at: source.parent)
         let sourceFsPath = try entryPath(source.name, in: sourceParent)
+        // A directory moved deeper: what is below it must stay reachable.
+        if storedLength(target) > storedLength(source), try kind(of: sourceFsPath) == .directory {
+            try checkDepth(target, below: depthBelow(sourceFsPath))
+        } else {
+            try checkDepth(target)
+        }
         switch try kind(of: sourceFsPath) {
         case .missing:
             throw StoreError.notFound(source.description)
@@ -723,6 +775,7 @@ public final class Store: @unchecked Sendable {
                     from source: (UnsafeMutableRawBufferPointer) throws -> Int,
                     progress: ((UInt64) -> Void)? = nil) throws -> ObjectInfo {
         guard !path.isRoot else { throw StoreError.isADirectory("/") }
+        try checkDepth(path)
         // The key is wrapped before a missing parent is made: a put refused
         // because its class is locked leaves the namespace as it was.
         // Missing parents get no default class, so the directories that

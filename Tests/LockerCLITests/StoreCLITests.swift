@@ -124,6 +124,60 @@ struct StoreCLITests {
 
     /// Arguments that are not what the command takes get a usage error
     /// (64) that says what is wrong; a range is checked before the store is read.
+    /// Every name is stored encrypted and longer, so paths nest only as
+    /// deep as the file system can open them again (docs/format.md: 3,967
+    /// bytes of file-system path): the deepest place allowed works, and one
+    /// level more is a usage error, with nothing created, for `mkdir -p`,
+    /// `put`, `put -r` and `mv` of a directory with what is below it.
+    @Test func pathsNestOnlyAsDeepAsTheStoreCanOpenThem() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let ns = f.store + "/ns"
+            // A one-byte name is stored as 39 bytes (base64url of a 12-byte
+            // nonce, the name and a 16-byte tag), after a "/".
+            let deepest = (3967 - ns.utf8.count) / 40
+            func path(_ levels: Int) -> String { String(repeating: "/d", count: levels) }
+            func expectTooDeep(_ r: RawResult, _ named: String, sourceLocation: SourceLocation = #_sourceLocation) {
+                #expect(r.status == 64, "\(r)", sourceLocation: sourceLocation)
+                #expect(r.stderr.hasPrefix("locker: error: \(named) is nested too deeply for this store: stored, it would need a file-system path of "),
+                        "\(r)", sourceLocation: sourceLocation)
+                #expect(!r.stderr.contains(ns), "the store's own paths: \(r)", sourceLocation: sourceLocation)
+            }
+
+            // At the limit, an object and a directory work.
+            let bytes = sampleBytes("deep", size: 5000)
+            try f.put(path(deepest - 1) + "/x", bytes)
+            #expect(try f.raw(["get", path(deepest - 1) + "/x", "-"]).stdout == bytes)
+            try f.ok(["mkdir", "-p", path(deepest - 1) + "/e"])
+
+            // One level more.
+            let tooDeep = path(deepest) + "/x"
+            expectTooDeep(try f.raw(["mkdir", "-p", tooDeep]), tooDeep)
+            expectTooDeep(try f.raw(["put", try f.localFile(Data("x".utf8)), tooDeep]), tooDeep)
+            // Far past what the kernel takes: still refused as a whole,
+            // not after every level that fits was made.
+            expectTooDeep(try f.raw(["mkdir", "-p", path(deepest + 30)]), path(deepest + 30))
+            #expect(try f.raw(["stat", path(deepest)]).status == 66)
+
+            let local = f.root + "/local" + String(repeating: "/d", count: deepest - 1)
+            try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
+            try Data("x".utf8).write(to: URL(fileURLWithPath: local + "/x"))
+            let tree = try f.raw(["put", "-r", f.root + "/local", "/t"])
+            #expect(tree.status == 64, "\(tree)")
+            #expect(tree.stderr.hasPrefix("locker: error: /t/d/") && tree.stderr.contains(" is nested too deeply for this store"), "\(tree)")
+            #expect(try f.raw(["stat", "/t"]).status == 66)
+
+            // A directory with three levels below it moves only where
+            // they fit.
+            try f.ok(["mkdir", "-p", "/m/d/d/d"])
+            expectTooDeep(try f.raw(["mv", "/m", path(deepest - 3)]), path(deepest - 3) + "/m")
+            #expect(try f.stat("/m/d/d/d").type == "directory")
+            try f.ok(["mv", "/m", path(deepest - 4)])
+            #expect(try f.stat(path(deepest - 4) + "/m/d/d/d").type == "directory")
+            #expect(try f.raw(["verify"]).status == 0)
+        }
+    }
+
     @Test func oddArgumentsGetTheirOwnUsageErrors() throws {
         try withStoreFixture { f in
             try f.initialize()

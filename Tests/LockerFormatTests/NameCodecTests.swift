@@ -60,6 +60,21 @@ struct NameCodecTests {
         #expect(NameCase.all.filter { $0.label.hasPrefix("1024") }.allSatisfy { $0.name.utf8.count == NameCodec.maxNameLength })
     }
 
+    @Test("fileNameLength is the length of the file name each name length is stored under")
+    func fileNameLengths() throws {
+        let keys = try newMetadataKeys()
+        let parent = try SecureRandom.bytes(16)
+        var hashed = 0
+        for length in [0, 1, 2, 3, 100, 120, 121, 122, 123, 124, 125, 200, 255, 1024] + Array(115...130) {
+            let name = String(repeating: "n", count: length)
+            let stored = try NameCodec.fileName(forEncoded: try NameCodec.encode(name, parentID: parent, keys: keys))
+            #expect(NameCodec.fileNameLength(nameLength: length) == stored.utf8.count, "\(length)-byte name")
+            if stored.hasPrefix(NameCodec.longNamePrefix) { hashed += 1 }
+        }
+        // Both sides of the switch to hashed names were checked.
+        #expect(hashed > 0 && hashed < 30)
+    }
+
     @Test("the empty name round trips")
     func emptyName() throws {
         let keys = try newMetadataKeys()

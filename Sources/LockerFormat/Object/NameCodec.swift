@@ -33,6 +33,14 @@ public enum NameCodec {
         return longNamePrefix + Base64URL.encode(try Digest.hash(.sha256, Array(encoded.utf8)))
     }
 
+    /// The length of the file name an entry whose name is `nameLength`
+    /// bytes long is stored under (``fileName(forEncoded:)`` of its
+    /// encoded name): it depends on nothing else.
+    public static func fileNameLength(nameLength: Int) -> Int {
+        let encoded = Base64URL.encodedLength(12 + nameLength + AESGCM.tagByteCount)
+        return encoded > maxEncodedLength ? longNamePrefix.utf8.count + Base64URL.encodedLength(32) : encoded
+    }
+
     /// Decodes an encoded name. Throws ``CryptoError/authenticationFailure``
     /// for anything this store did not write for this parent.
     public static func decode(_ encoded: String, parentID: [UInt8], keys: MetadataKeys) throws -> String {
@@ -53,9 +61,12 @@ public enum NameCodec {
 public enum Base64URL {
     private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
+    /// The length of the unpadded encoding of `count` bytes.
+    public static func encodedLength(_ count: Int) -> Int { (count * 4 + 2) / 3 }
+
     public static func encode(_ bytes: [UInt8]) -> String {
         var out: [UInt8] = []
-        out.reserveCapacity((bytes.count * 4 + 2) / 3)
+        out.reserveCapacity(encodedLength(bytes.count))
         var i = 0
         while i + 3 <= bytes.count {
             let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
