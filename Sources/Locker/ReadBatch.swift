@@ -121,8 +121,7 @@ extension Store {
                 let entry: Found
                 do {
                     entry = try result.get()
-                } catch let error as StoreError {
-                    guard case .integrity = error else { throw error }
+                } catch let error as StoreError where error.isIntegrity {
                     damaged.append(error)
                     continue
                 }

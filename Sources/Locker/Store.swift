@@ -701,13 +701,10 @@ public final class Store: @unchecked Sendable {
         guard try kind(of: targetFsPath) == .missing else { throw StoreError.alreadyExists(target.description) }
         let sourceParent = try directory(at: source.parent)
         let sourceFsPath = try entryPath(source.name, in: sourceParent)
+        let sourceKind = try kind(of: sourceFsPath)
         // A directory moved deeper: what is below it must stay reachable.
-        if storedLength(target) > storedLength(source), try kind(of: sourceFsPath) == .directory {
-            try checkDepth(target, below: depthBelow(sourceFsPath))
-        } else {
-            try checkDepth(target)
-        }
-        switch try kind(of: sourceFsPath) {
+        try checkDepth(target, below: sourceKind == .directory && storedLength(target) > storedLength(source) ? depthBelow(sourceFsPath) : 0)
+        switch sourceKind {
         case .missing:
             throw StoreError.notFound(source.description)
         case .object:

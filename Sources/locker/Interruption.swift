@@ -179,15 +179,15 @@ enum Interruption {
         try creatingTemporary(create, cleanup: { _ in { _ = unlinkat(directory, name, 0) } })
     }
 
-    /// Runs `body`, which puts the temporary registered as `token` in its
-    /// place, and if it returns, unregisters its cleanup, as one step: the
-    /// cleanup never runs once the temporary is what it became (it would
-    /// empty a directory just published). If `body` throws, the cleanup
-    /// stays registered.
-    static func finishingTemporary<T, E: Error>(_ token: Int, _ body: () throws(E) -> T) throws(E) -> T {
+    /// Runs `body`, which puts the temporary registered as `token` (if
+    /// any) in its place, and if it returns, unregisters its cleanup, as
+    /// one step: the cleanup never runs once the temporary is what it
+    /// became (it would empty a directory just published). If `body`
+    /// throws, the cleanup stays registered.
+    static func finishingTemporary<T, E: Error>(_ token: Int?, _ body: () throws(E) -> T) throws(E) -> T {
         try holdingOffCleanups { () throws(E) in
             let result = try body()
-            unregisterCleanup(token)
+            if let token { unregisterCleanup(token) }
             return result
         }
     }

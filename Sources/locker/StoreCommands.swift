@@ -1161,11 +1161,7 @@ final class TreeExport: @unchecked Sendable {
         try sync(directories)
         for (i, (directory, file)) in committing.enumerated() {
             do throws(IOError) {
-                if let token = file.token {
-                    try Interruption.finishingTemporary(token) { () throws(IOError) in
-                        try directory.directory.rename(file.temporary, to: file.target)
-                    }
-                } else {
+                try Interruption.finishingTemporary(file.token) { () throws(IOError) in
                     try directory.directory.rename(file.temporary, to: file.target)
                 }
             } catch {
@@ -1218,11 +1214,11 @@ final class TreeExport: @unchecked Sendable {
         // ``removeContainers(alreadyEmpty:)`` does.
         let (made, token) = try Interruption.creatingTemporary({
             try parent.subdirectory(name, creating: 0o700, new: true)
-        }, cleanup: { [destination, place = parent.place] made in
-            let container = made.place
+        }, cleanup: { [destination, parentPlace = parent.place] made in
+            let place = made.place
             return {
-                guard let made = try? destination.open(container), let parent = try? destination.open(place) else { return }
-                removeBuiltDirectory(made.directory, named: name, in: parent.directory)
+                guard let container = try? destination.open(place), let parent = try? destination.open(parentPlace) else { return }
+                removeBuiltDirectory(container.directory, named: name, in: parent.directory)
             }
         })
         containerIndex[parent.place.relative] = containers.count
