@@ -134,7 +134,7 @@ public final class Store: @unchecked Sendable {
     }
 
     /// Takes the store lock for a change (held until the result is
-    /// released), first finishing an object move
+    /// released), first finishing a move
     /// a crash interrupted (see ``settleInterruptedMove()``).
     func lockStore() throws -> FileLock {
         let lock = try FileLock.store(path: lockPath, fileSystem: fs)
@@ -161,13 +161,53 @@ public final class Store: @unchecked Sendable {
         return names(intent.target) && names(intent.source)
     }
 
-    /// Rolls an interrupted object move forward: if both names are there,
-    /// the old one goes; then the intent goes. Called with the store lock
-    /// held. An intent that does not authenticate is left for verify to
-    /// report.
+    /// The directory an interrupted directory move left with two places
+    /// in its record, and that record with only the place the directory
+    /// is at: the new one once it was renamed (checked by ID at the
+    /// intent's target), else the old one (at its source). Nil when the
+    /// intent is of an object, or its directory's record names one place.
+    func halfMovedDirectory(_ intent: MoveIntent) -> (fsPath: String, settled: DirectoryRecord, renamed: Bool)? {
+        func record(at relative: String) -> DirectoryRecord? {
+            guard let bytes = try? fs.readFile(path + "/" + relative + "/.dir", limit: 8 << 10),
+                  let record = try? DirectoryRecord.open(bytes, with: metadata),
+                  record.directoryID == intent.objectID, record.previous != nil else { return nil }
+            return record
+        }
+        if var moved = record(at: intent.target) {
+            moved.previous = nil
+            return (path + "/" + intent.target, moved, true)
+        }
+        if var unmoved = record(at: intent.source), let previous = unmoved.previous {
+            unmoved.parentID = previous.parentID
+            unmoved.name = previous.name
+            unmoved.previous = nil
+            return (path + "/" + intent.source, unmoved, false)
+        }
+        return nil
+    }
+
+    /// Settles an interrupted move. An object move rolls forward: if both
+    /// names are there, the old one goes. A directory whose record still
+    /// names two places keeps only the one it is at: the new place once
+    /// the rename is durable (both parents are synced first), the old one
+    /// if it was not renamed. Then the intent goes. Called with the store
+    /// lock held. An intent that does not authenticate is left for verify
+    /// to report.
     func settleInterruptedMove() throws {
         guard try fs.status(intentPath) != nil, let intent = pendingMoveIntent() else { return }
-        if moveLeftBothNames(intent) { try fs.remove(path + "/" + intent.source) }
+        if let directory = halfMovedDirectory(intent) {
+            if directory.renamed {
+                // Dropping the old place before the rename is durable
+                // could leave, after a crash, a directory at its old place
+                // whose record vouches only for the new one.
+                for parent in Set([intent.source, intent.target].map { path + "/" + ($0 as NSString).deletingLastPathComponent }) {
+                    try fs.syncDirectory(parent)
+                }
+            }
+            try fs.writeFileAtomically(directory.fsPath + "/.dir", directory.settled.sealed(with: metadata))
+        } else if moveLeftBothNames(intent) {
+            try fs.remove(path + "/" + intent.source)
+        }
         try fs.remove(intentPath)
     }
 
@@ -740,27 +780,34 @@ public final class Store: @unchecked Sendable {
             // new name, the directory is renamed, the record drops the old
             // name. A directory stored under a hashed (long) name is known
             // by either name in its record, so a crash after any step
-            // leaves it readable under its old name or its new one. A
-            // failure before the rename restores the old record.
+            // leaves it readable under its old name or its new one. The
+            // intent, written first, lets the next change (or a failure
+            // here) drop the place the directory is not at: a record left
+            // naming two places would let the directory be swapped back to
+            // the other one on disk and still vouched for.
             let old = try readDirectoryRecord(sourceFsPath, path: source, in: sourceParent.record.directoryID)
             var moving = old
             moving.parentID = destinationParent.record.directoryID
             moving.name = target.name
             // The place it was reached at, not the record's own: a record
-            // a crash left mid-move names the new place already.
+            // a crash left mid-move may name another place already.
             moving.previous = .init(parentID: sourceParent.record.directoryID, name: source.name)
             let parents = [sourceParent.fsPath] + (destinationParent.fsPath == sourceParent.fsPath ? [] : [destinationParent.fsPath])
-            try fs.writeFileAtomically(sourceFsPath + "/.dir", moving.sealed(with: metadata))
+            let intent = MoveIntent(source: relative(sourceFsPath), target: relative(targetFsPath), objectID: old.directoryID)
+            try fs.writeFileAtomically(intentPath, intent.sealed(with: metadata))
             do {
+                try fs.writeFileAtomically(sourceFsPath + "/.dir", moving.sealed(with: metadata))
                 try fs.rename(sourceFsPath, to: targetFsPath)
+                for parent in parents { try fs.syncDirectory(parent) }
+                var moved = moving
+                moved.previous = nil
+                try fs.writeFileAtomically(targetFsPath + "/.dir", moved.sealed(with: metadata))
             } catch {
-                try? fs.writeFileAtomically(sourceFsPath + "/.dir", old.sealed(with: metadata))
+                // Back to one place: the old one if the rename failed.
+                try? settleInterruptedMove()
                 throw error
             }
-            for parent in parents { try fs.syncDirectory(parent) }
-            var moved = moving
-            moved.previous = nil
-            try fs.writeFileAtomically(targetFsPath + "/.dir", moved.sealed(with: metadata))
+            try fs.remove(intentPath, syncDirectory: false)
         }
     }
 

@@ -43,7 +43,7 @@ extension Store {
         // The store lock keeps a put from committing a header between the
         // scan of references and the removal of unreferenced data.
         // (Not lockStore(): verify reports an interrupted move and only
-        // --repair finishes it.)
+        // --repair settles it.)
         let lock = try FileLock.store(path: lockPath, fileSystem: fs)
         defer { withExtendedLifetime(lock) {} }
 
@@ -186,9 +186,17 @@ extension Store {
 
         if repair {
             for item in report.garbage {
-                // A directory left by an interrupted mkdir or rm is outside
-                // the namespace, so everything in it is garbage too.
-                try fs.removeTree(path + "/" + item)
+                if item == relative(intentPath) {
+                    // Settled, not only removed: a directory's record may
+                    // still name the place it moved from (the stale name
+                    // of an object move is gone already, just above).
+                    try settleInterruptedMove()
+                } else {
+                    // A directory left by an interrupted mkdir or rm is
+                    // outside the namespace, so everything in it is
+                    // garbage too.
+                    try fs.removeTree(path + "/" + item)
+                }
                 report.removed.append(item)
             }
         }

@@ -16,15 +16,8 @@ import Testing
     /// Returns the store, the old name's path relative to the store, and
     /// the data.
     private func interruptedMove(_ device: Device) throws -> (Store, String, [UInt8]) {
-        let store = try Store(path: root + "/s", keys: device, options: .init(chunkSize: 16 << 10))
         let data = (0..<40_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
-        var offset = 0
-        try store.put(StorePath("/a/x"), protection: .completeUntilFirstUserAuthentication) { buffer in
-            let n = min(buffer.count, data.count - offset)
-            buffer.copyBytes(from: data[offset..<(offset + n)])
-            offset += n
-            return n
-        }
+        let store = try storeHoldingAX(data, device)
         try store.makeDirectory(StorePath("/b"))
         let headersBefore = try headerFiles()
         #expect(headersBefore.count == 1)
@@ -40,6 +33,19 @@ import Testing
         let intent = MoveIntent(source: source, target: target, objectID: header.objectID)
         try Data(intent.sealed(with: keys)).write(to: URL(fileURLWithPath: root + "/s/move.intent"))
         return (store, source, data)
+    }
+
+    /// A new store holding `data` as /a/x (three chunks).
+    private func storeHoldingAX(_ data: [UInt8], _ device: Device) throws -> Store {
+        let store = try Store(path: root + "/s", keys: device, options: .init(chunkSize: 16 << 10))
+        var offset = 0
+        try store.put(StorePath("/a/x"), protection: .completeUntilFirstUserAuthentication) { buffer in
+            let n = min(buffer.count, data.count - offset)
+            buffer.copyBytes(from: data[offset..<(offset + n)])
+            offset += n
+            return n
+        }
+        return store
     }
 
     /// Object header files under ns/, relative to the store directory.
@@ -90,6 +96,112 @@ import Testing
         #expect(out == data)
         #expect(!FileManager.default.fileExists(atPath: root + "/s/move.intent"))
         #expect(try store.verify(readData: true).isClean)
+    }
+
+    /// Stores /a/x and makes /b, moves /a to /b/a, then puts back what a
+    /// crash inside the directory move leaves: the intent, and the record
+    /// naming the new place with the old one as previous, at the new place
+    /// (`renamed`) or with the directory back at the old one. Returns the
+    /// store, both directories' paths relative to the store, and the data.
+    private func interruptedDirectoryMove(_ device: Device, renamed: Bool) throws -> (Store, old: String, new: String, [UInt8]) {
+        let data = (0..<40_000).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+        let store = try storeHoldingAX(data, device)
+        let old = try #require(try directories().first)
+        try store.makeDirectory(StorePath("/b"))
+        try store.move(StorePath("/a"), to: StorePath("/b/a"))
+        #expect(!FileManager.default.fileExists(atPath: root + "/s/move.intent"), "a finished move leaves no intent")
+        let new = try #require(try directories().first { $0.split(separator: "/").count == 3 })
+
+        let keys = try MetadataKeys(metadataKey: device.metadataKey())
+        let rootRecord = try record(at: "ns", keys)
+        var halfMoved = try record(at: new, keys)
+        #expect(halfMoved.previous == nil)
+        halfMoved.previous = .init(parentID: rootRecord.directoryID, name: "a")
+        if !renamed { try FileManager.default.moveItem(atPath: root + "/s/" + new, toPath: root + "/s/" + old) }
+        try Data(halfMoved.sealed(with: keys)).write(to: URL(fileURLWithPath: root + "/s/" + (renamed ? new : old) + "/.dir"))
+        let intent = MoveIntent(source: old, target: new, objectID: halfMoved.directoryID)
+        try Data(intent.sealed(with: keys)).write(to: URL(fileURLWithPath: root + "/s/move.intent"))
+        return (store, old, new, data)
+    }
+
+    /// Directories under ns/, relative to the store directory.
+    private func directories() throws -> [String] {
+        let base = root + "/s/"
+        let all = FileManager.default.enumerator(atPath: base + "ns")?.compactMap { $0 as? String } ?? []
+        return all.filter { path in
+            var isDirectory: ObjCBool = false
+            return FileManager.default.fileExists(atPath: base + "ns/" + path, isDirectory: &isDirectory) && isDirectory.boolValue
+        }.map { "ns/" + $0 }
+    }
+
+    private func record(at directory: String, _ keys: MetadataKeys) throws -> DirectoryRecord {
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: root + "/s/" + directory + "/.dir"))
+        return try DirectoryRecord.open(Array(bytes), with: keys)
+    }
+
+    private func read(_ store: Store, _ path: String) throws -> [UInt8] {
+        var out: [UInt8] = []
+        try store.read(StorePath(path)) { out.append(contentsOf: $0) }
+        return out
+    }
+
+    @Test func aDirectoryMoveCutOffAfterItsRenameKeepsOnlyTheNewPlaceAfterTheNextChange() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try makeDevice()
+        let (store, old, new, data) = try interruptedDirectoryMove(device, renamed: true)
+        let keys = try MetadataKeys(metadataKey: device.metadataKey())
+        #expect(try read(store, "/b/a/x") == data)
+        // Until the move is settled, its record vouches for both places:
+        // moved back to the old one on disk, the directory is taken there.
+        try FileManager.default.moveItem(atPath: root + "/s/" + new, toPath: root + "/s/" + old)
+        #expect(try read(store, "/a/x") == data)
+        try FileManager.default.moveItem(atPath: root + "/s/" + old, toPath: root + "/s/" + new)
+
+        try store.makeDirectory(StorePath("/c"))
+        #expect(!FileManager.default.fileExists(atPath: root + "/s/move.intent"))
+        #expect(try record(at: new, keys).previous == nil)
+        #expect(try read(store, "/b/a/x") == data)
+        #expect(try store.verify(readData: true).isClean)
+        // Settled, the same swap is refused.
+        try FileManager.default.moveItem(atPath: root + "/s/" + new, toPath: root + "/s/" + old)
+        #expect(throws: StoreError.integrity(path: "/a", what: "directory record (of another directory)")) { try read(store, "/a/x") }
+        #expect(try store.verify().damaged.map(\.location) == ["/a"])
+    }
+
+    @Test func aDirectoryMoveCutOffBeforeItsRenameKeepsOnlyTheOldPlaceAfterTheNextChange() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try makeDevice()
+        let (store, old, new, data) = try interruptedDirectoryMove(device, renamed: false)
+        let keys = try MetadataKeys(metadataKey: device.metadataKey())
+        #expect(try read(store, "/a/x") == data)
+        try store.makeDirectory(StorePath("/c"))
+        #expect(!FileManager.default.fileExists(atPath: root + "/s/move.intent"))
+        let settled = try record(at: old, keys)
+        #expect(settled.previous == nil)
+        #expect(settled.name == "a")
+        #expect(settled.parentID == (try record(at: "ns", keys)).directoryID)
+        #expect(try read(store, "/a/x") == data)
+        #expect(throws: StoreError.notFound("/b/a")) { try read(store, "/b/a/x") }
+        #expect(try store.verify(readData: true).isClean)
+        // Moved on disk to the place it was going to, it is refused.
+        try FileManager.default.moveItem(atPath: root + "/s/" + old, toPath: root + "/s/" + new)
+        #expect(throws: StoreError.integrity(path: "/b/a", what: "directory record (of another directory)")) { try read(store, "/b/a/x") }
+    }
+
+    @Test func verifyReportsAnInterruptedDirectoryMoveAndRepairSettlesIt() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try makeDevice()
+        let (store, _, new, data) = try interruptedDirectoryMove(device, renamed: true)
+        let keys = try MetadataKeys(metadataKey: device.metadataKey())
+        let report = try store.verify(readData: true)
+        #expect(report.damaged.isEmpty, "\(report.damaged)")
+        #expect(report.garbage == ["move.intent"])
+        #expect(try record(at: new, keys).previous != nil, "verify alone changes nothing")
+        let repaired = try store.verify(readData: true, repair: true)
+        #expect(repaired.removed == ["move.intent"])
+        #expect(try record(at: new, keys).previous == nil)
+        #expect(try store.verify(readData: true).isClean)
+        #expect(try read(store, "/b/a/x") == data)
     }
 
     @Test func aForgedIntentIsDamageAndNothingIsRemoved() throws {

@@ -1,24 +1,30 @@
 internal import LockerCrypto
 
-/// The intent of an object move in progress, written before the move's
-/// first change and removed after its last (`move.intent` in the store
-/// directory; docs/format.md, "Move intent").
+/// The intent of a move in progress, of an object or a directory, written
+/// before the move's first change and removed after its last
+/// (`move.intent` in the store directory; docs/format.md, "Move intent").
 ///
-/// A move writes the object's new header before it removes the old one, so
-/// a crash between leaves two names on one data file. The intent says which
-/// name is the old one: the next change to the store (or `verify --repair`)
-/// removes it, so that no later `rm` of one name deletes the data the other
-/// still names.
+/// An object move writes the object's new header before it removes the old
+/// one, so a crash between leaves two names on one data file. The intent
+/// says which name is the old one: the next change to the store (or
+/// `verify --repair`) removes it, so that no later `rm` of one name deletes
+/// the data the other still names.
+///
+/// A directory move leaves the directory's record naming both places until
+/// its last step. The intent names the directory (its ID) and both paths,
+/// so that the next change drops the place the directory is not at.
 public struct MoveIntent: Sendable, Equatable {
     public static let magic: [UInt8] = Array("LKMV".utf8)
     /// The longest relative path accepted.
     public static let maxPathLength = 4096
 
-    /// The old header's path, relative to the store directory.
+    /// The old header's (or directory's) path, relative to the store
+    /// directory.
     public var source: String
-    /// The new header's path, relative to the store directory.
+    /// The new header's (or directory's) path, relative to the store
+    /// directory.
     public var target: String
-    /// The object both headers name.
+    /// The object both headers name, or the ID of the directory moved.
     public var objectID: [UInt8]
 
     public init(source: String, target: String, objectID: [UInt8]) {
