@@ -140,10 +140,21 @@ enum ErrorPresenter {
             let code = Locker.exitCode(for: error)
             let message = Locker.fullMessage(for: error)
             if code == .success { return (.ok, message, nil) }
-            let firstLine = Locker.message(for: error).split(separator: "\n").first.map(String.init) ?? "invalid usage"
-            let cleaned = firstLine.hasPrefix("Error: ") ? String(firstLine.dropFirst(7)) : firstLine
-            return (code == .validationFailure ? .usage : .failure, cleaned, "run 'locker help' for usage")
+            return (code == .validationFailure ? .usage : .failure, usageMessage(Locker.message(for: error)), "run 'locker help' for usage")
         }
+    }
+
+    /// The argument parser's message without its `Help:` or `Usage:`
+    /// lines. What the user typed stays whole: a value may hold a newline,
+    /// which ``present(_:)`` shows escaped, like every message.
+    static func usageMessage(_ message: String) -> String {
+        var text = message
+        for marker in ["\nHelp:", "\nUsage:"] {
+            if let range = text.range(of: marker) { text = String(text[..<range.lowerBound]) }
+        }
+        if text.hasPrefix("Error: ") { text = String(text.dropFirst(7)) }
+        while text.hasSuffix("\n") { text.removeLast() }
+        return text.isEmpty ? "invalid usage" : text
     }
 
     /// A wiped device's store can never be read again, and `init` refuses

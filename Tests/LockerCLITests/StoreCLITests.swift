@@ -190,11 +190,17 @@ struct StoreCLITests {
                 // A forgotten value: the next argument is not a range.
                 (["get", "/x", "--range", "-r"], "locker: error: --range needs a value: START-END or START-"),
                 (["get", "/missing", "-", "--range", "-3"], "locker: error: --range -3: START is missing"),
+                // A value holding a newline is shown escaped, whole, on the
+                // error's one line.
+                (["put", "--class", "a\nb", "/etc/hostname", "/y"], "locker: error: The value 'a\\nb' is invalid for '--class <CLASS>'"),
+                (["setclass", "/x", "a\nb"], "locker: error: unknown class 'a\\nb'\n"),
             ]
             for (arguments, message) in cases {
                 let result = try f.raw(arguments)
                 #expect(result.status == 64, "\(result)")
                 #expect(result.stderr.hasPrefix(message), "\(result)")
+                // One error line, and at most one hint.
+                #expect(result.stderr.split(separator: "\n").count <= 2, "\(result)")
                 #expect(result.stdout.isEmpty, "\(result)")
             }
             #expect(try f.raw(["get", "/x", "-", "--range", "3-"]).stdout == Data("3456789".utf8))
