@@ -214,7 +214,12 @@ extension Store {
                 let temporary = targets[i].inTree ? targets[i].fsPath
                     : targets[i].fsPath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
                 let sealed = try header.sealed(with: metadata)
-                try fs.writeNewFile(temporary, sealed)
+                do {
+                    try fs.writeNewFile(temporary, sealed)
+                } catch let error as IOError where error.isNotFound && !targets[i].inTree {
+                    // rm -r took the directory out of the namespace.
+                    throw StoreError.changedMeanwhile(path: items[i].path.parent.description, what: "removed it")
+                }
                 slots.value[i].temporary = temporary
                 slots.value[i].headerSize = UInt64(sealed.count)
                 // Written: the inline data need not stay in memory for
@@ -277,7 +282,18 @@ extension Store {
                 }
                 // A new name: one call. Under the lock, what is there can
                 // only be what an earlier commit or command put there.
-                if try fs.renameIfAbsent(object.temporary!, to: object.fsPath) {
+                let renamed: Bool
+                do {
+                    renamed = try fs.renameIfAbsent(object.temporary!, to: object.fsPath)
+                } catch {
+                    // rm -r took the directory out of the namespace, and
+                    // the temporary with it.
+                    if error.isNotFound, try fs.status(object.temporary!) == nil {
+                        throw StoreError.changedMeanwhile(path: object.path.parent.description, what: "removed it")
+                    }
+                    throw error
+                }
+                if renamed {
                     committed += 1
                     continue
                 }

@@ -696,16 +696,32 @@ public final class Store: @unchecked Sendable {
                 if !header.isInline { try fs.remove(dataPath(header.objectID)) }
             }
         case .directory:
-            let names = try fs.contentsOfDirectory(fsPath).filter { $0 != ".dir" && !$0.hasPrefix(".tmp-") }
-            if !names.isEmpty {
+            // A tree is emptied without the store lock (each entry takes
+            // it), so another command may store into it meanwhile: what it
+            // stored is removed too, a few rounds at most.
+            var rounds = 0
+            var lock: FileLock?
+            while true {
+                let names = try fs.contentsOfDirectory(fsPath).filter { $0 != ".dir" && !$0.hasPrefix(".tmp-") }
+                if !names.isEmpty {
+                    guard recursive else { throw StoreError.directoryNotEmpty(path.description) }
+                    for item in try list(path) { try remove(item.path, recursive: true, open: &open) }
+                }
+                // Held only if the directory is empty under it: the next
+                // round's removals take it themselves.
+                let taken = try lockStore()
+                let empty = try withExtendedLifetime(taken) {
+                    try fs.contentsOfDirectory(fsPath).allSatisfy { $0 == ".dir" || Self.isTemporary($0) }
+                }
+                if empty {
+                    lock = taken
+                    break
+                }
                 guard recursive else { throw StoreError.directoryNotEmpty(path.description) }
-                for item in try list(path) { try remove(item.path, recursive: true, open: &open) }
+                rounds += 1
+                guard rounds < 3 else { throw StoreError.changedMeanwhile(path: path.description, what: "kept storing objects in it") }
             }
-            let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
-            guard try fs.contentsOfDirectory(fsPath).allSatisfy({ $0 == ".dir" || Self.isTemporary($0) }) else {
-                throw StoreError.directoryNotEmpty(path.description)
-            }
             // Out of the namespace in one step, then emptied: a failure or
             // a crash from here on leaves a temporary directory, which
             // verify removes, never a directory without its record.

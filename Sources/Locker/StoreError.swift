@@ -20,6 +20,10 @@ public enum StoreError: Error, Equatable, Sendable {
     case noStore(String)
     /// The directory at this path holds files that are not a store's.
     case notAStore(String)
+    /// Another command changed the directory at `path` while this one
+    /// worked in it: `what` says how ("removed it", "stored objects in
+    /// it"). Running the command again once the other has ended settles it.
+    case changedMeanwhile(path: String, what: String)
 }
 
 extension StoreError {

@@ -218,6 +218,8 @@ enum ErrorPresenter {
             let why = FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && !isDirectory.boolValue
                 ? "it is not a directory" : "it holds other files"
             return (.failure, "\(path) is not a Locker store: \(why)", "give --store an empty or new directory")
+        case .changedMeanwhile(let path, let what):
+            return (.failure, "\(path) changed while this command ran: another command \(what)", "run the command again once the other one has ended")
         case .foreignStore:
             return (.integrity, "the store was not made with this device (or the device was wiped since)", "use the --device it was made with, or a new --store; a store whose device was wiped can only be deleted")
         }

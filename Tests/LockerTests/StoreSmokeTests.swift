@@ -272,6 +272,70 @@ import Synchronization
         try store.list(try StorePath(path)).map(\.path.name).sorted()
     }
 
+    /// rm -r of a directory a batch has staged into takes the batch's
+    /// temporaries with it; the batch's commit then says the directory
+    /// was removed meanwhile, rather than a raw rename error naming the
+    /// store's internal path, and leaves nothing behind.
+    @Test func aBatchWhoseDirectoryIsRemovedMeanwhileSaysSo() throws {
+        try Self.withStore { store, root in
+            try store.putBatch([try Self.item("/d/keep", Array(repeating: 1, count: 100))])
+            let batch = try store.stageBatch([try Self.item("/d/new", Array(repeating: 2, count: 300)),
+                                              try Self.item("/d/keep", Array(repeating: 3, count: 300))])
+            #expect(Self.temporaries(under: root + "/ns").count == 2)
+            try store.remove(try StorePath("/d"), recursive: true)
+            #expect(throws: StoreError.changedMeanwhile(path: "/d", what: "removed it")) { try store.commit(batch) }
+            #expect(throws: StoreError.notFound("/d")) { try store.stat(try StorePath("/d")) }
+            #expect(Self.temporaries(under: root).isEmpty)
+            #expect(try store.verify(readData: true).isClean)
+            // The store takes the same paths again.
+            try store.putBatch([try Self.item("/d/new", Array(repeating: 4, count: 300))])
+            var out: [UInt8] = []
+            try store.read(try StorePath("/d/new")) { out.append(contentsOf: $0) }
+            #expect(out == Array(repeating: 4, count: 300))
+        }
+    }
+
+    /// rm -r of a directory that another writer keeps storing into removes
+    /// what was stored meanwhile too, or says the directory kept changing;
+    /// it never says "not empty" (with a hint to use rm -r, which it is).
+    @Test func removingATreeWhileObjectsAreStoredInItRemovesThemToo() throws {
+        try Self.withStore { store, _ in
+            for round in 0..<6 {
+                for i in 0..<150 { try store.putBatch([try Self.item("/d/s\(i % 5)/o\(i)", [UInt8(i)])]) }
+                let stop = Atomic(false)
+                let removal = Mutex<(any Error)?>(nil)
+                // Another thread of the same store stands for another
+                // process: every change takes the store lock anew.
+                DispatchQueue.concurrentPerform(iterations: 2) { worker in
+                    if worker == 0 {
+                        var n = 0
+                        while !stop.load(ordering: .acquiring) {
+                            n += 1
+                            _ = try? store.putBatch([try Self.item("/d/s\(n % 5)/new\(n)", [1, 2, 3])])
+                        }
+                    } else {
+                        usleep(UInt32(round) * 2_000)
+                        do {
+                            try store.remove(try StorePath("/d"), recursive: true)
+                        } catch {
+                            removal.withLock { $0 = error }
+                        }
+                        stop.store(true, ordering: .releasing)
+                    }
+                }
+                if let error = removal.withLock({ $0 }) {
+                    // /d, or a directory below it that kept changing.
+                    guard case .changedMeanwhile(let path, "kept storing objects in it")? = error as? StoreError, path.hasPrefix("/d") else {
+                        Issue.record("round \(round): \(error)")
+                        continue
+                    }
+                }
+                _ = try? store.remove(try StorePath("/d"), recursive: true)
+                #expect(try store.verify(repair: true).damaged.isEmpty)
+            }
+        }
+    }
+
     /// makeDirectories creates what is missing, parents included, keeps
     /// what exists (with the objects in it), leaves no temporary, and with
     /// an object in the way creates nothing.
