@@ -217,8 +217,7 @@ extension Store {
                 do {
                     try fs.writeNewFile(temporary, sealed)
                 } catch let error as IOError where error.isNotFound && !targets[i].inTree {
-                    // rm -r took the directory out of the namespace.
-                    throw StoreError.changedMeanwhile(path: items[i].path.parent.description, what: "removed it")
+                    throw Self.directoryGone(items[i].path.parent)
                 }
                 slots.value[i].temporary = temporary
                 slots.value[i].headerSize = UInt64(sealed.count)
@@ -228,6 +227,14 @@ extension Store {
             }
         }
         return batch
+    }
+
+    /// What a batch reports when the directory it writes into left its
+    /// place while the batch ran (the store lock is taken only for the
+    /// commit): `rm -r` took it out of the namespace, or `mv` moved it,
+    /// with the batch's header temporaries inside.
+    static func directoryGone(_ directory: StorePath) -> StoreError {
+        .changedMeanwhile(path: directory.description, what: "moved or removed it")
     }
 
     /// Starts reading the small sources of `items` ahead (see
@@ -286,11 +293,7 @@ extension Store {
                 do {
                     renamed = try fs.renameIfAbsent(object.temporary!, to: object.fsPath)
                 } catch {
-                    // rm -r took the directory out of the namespace, and
-                    // the temporary with it.
-                    if error.isNotFound, try fs.status(object.temporary!) == nil {
-                        throw StoreError.changedMeanwhile(path: object.path.parent.description, what: "removed it")
-                    }
+                    if error.isNotFound, try fs.status(object.temporary!) == nil { throw Self.directoryGone(object.path.parent) }
                     throw error
                 }
                 if renamed {

@@ -21,8 +21,9 @@ public enum StoreError: Error, Equatable, Sendable {
     /// The directory at this path holds files that are not a store's.
     case notAStore(String)
     /// Another command changed the directory at `path` while this one
-    /// worked in it: `what` says how ("removed it", "stored objects in
-    /// it"). Running the command again once the other has ended settles it.
+    /// worked in it: `what` says how ("moved or removed it", "kept storing
+    /// objects in it"). Running the command again once the other has ended
+    /// settles it.
     case changedMeanwhile(path: String, what: String)
 }
 

@@ -283,7 +283,7 @@ import Synchronization
                                               try Self.item("/d/keep", Array(repeating: 3, count: 300))])
             #expect(Self.temporaries(under: root + "/ns").count == 2)
             try store.remove(try StorePath("/d"), recursive: true)
-            #expect(throws: StoreError.changedMeanwhile(path: "/d", what: "removed it")) { try store.commit(batch) }
+            #expect(throws: StoreError.changedMeanwhile(path: "/d", what: "moved or removed it")) { try store.commit(batch) }
             #expect(throws: StoreError.notFound("/d")) { try store.stat(try StorePath("/d")) }
             #expect(Self.temporaries(under: root).isEmpty)
             #expect(try store.verify(readData: true).isClean)
@@ -292,6 +292,27 @@ import Synchronization
             var out: [UInt8] = []
             try store.read(try StorePath("/d/new")) { out.append(contentsOf: $0) }
             #expect(out == Array(repeating: 4, count: 300))
+        }
+    }
+
+    /// The same for a directory moved meanwhile. Its header temporary
+    /// went with it, to a place the batch does not know: readers ignore
+    /// it, and once the batch has ended verify calls it garbage, which
+    /// --repair removes, as after a crash.
+    @Test func aBatchWhoseDirectoryIsMovedMeanwhileSaysSo() throws {
+        try Self.withStore { store, root in
+            try store.putBatch([try Self.item("/d/keep", Array(repeating: 1, count: 100))])
+            let batch = try store.stageBatch([try Self.item("/d/new", Array(repeating: 2, count: 300))])
+            try store.move(try StorePath("/d"), to: try StorePath("/e"))
+            let moved = Self.temporaries(under: root + "/ns")
+            #expect(moved.count == 1, "the temporary moved with its directory")
+            #expect(throws: StoreError.changedMeanwhile(path: "/d", what: "moved or removed it")) { try store.commit(batch) }
+            #expect(try Self.names(store, "/e") == ["keep"])
+            let report = try store.verify(readData: true, repair: true)
+            #expect(report.damaged.isEmpty)
+            #expect(report.removed == moved.map { "ns/" + $0 })
+            #expect(Self.temporaries(under: root).isEmpty)
+            #expect(try store.verify(readData: true).isClean)
         }
     }
 
