@@ -288,8 +288,21 @@ put_plain() {
   sync -f "$R/plain"
 }
 get_plain() { tar -C "$R/plain" -cf - . | tar -C "$3" -xf - && sync -f "$3"; }
+# "disk" is the floor of Locker's own fetch of a few large objects, measured
+# right after it in the same round: the disk's time for the same I/O, with
+# no decompression or decryption. Locker reads its data files past the page
+# cache (it wrote them so) and writes its output so; here dd reads the same
+# data files (every store file over 64 KiB) past the page cache, then
+# writes as many bytes as the fetch produced past the page cache and syncs.
+# One after the other: this disk reads and writes no faster at once than in
+# turn (docs/performance.md).
+get_disk() {
+  find "$LOCKER_STORE" -type f -size +64k -print0 \
+    | xargs -0 -r -I{} dd if={} of=/dev/null bs=1M iflag=direct status=none
+  dd if=/dev/zero of="$3/floor" bs=1M count=$(($2 >> 20)) oflag=direct conv=fsync status=none
+}
 export -f put_locker get_locker put_restic get_restic put_borg get_borg put_age get_age \
-  put_openssl get_openssl put_gocryptfs get_gocryptfs put_plain get_plain
+  put_openssl get_openssl put_gocryptfs get_gocryptfs put_plain get_plain get_disk
 
 # gocryptfs runs in the foreground as our child, so its daemon's CPU and
 # memory can be measured (its pid is in $work/gc.pid while mounted).
@@ -397,6 +410,12 @@ run_dataset() {
       line+=" $t $last_wall"
       if [ "$t" = locker ] || [ "$i" -eq 0 ]; then
         [ "$(treesum "$R/fetch.$t")" = "$want" ] || die "$t: fetched $ds differs from the source (run $i)"
+      fi
+      if [ "$t" = locker ] && [ "$files" -le 16 ]; then
+        mkdir "$R/fetch.disk"
+        measure "$ds" get disk "$i" "$bytes" bash -c 'set -euo pipefail; "$@"' _ get_disk "$kind" "$bytes" "$R/fetch.disk"
+        line+=" disk $last_wall"
+        rm -rf "$R/fetch.disk"
       fi
       # A tree of many files is kept until the round ends, so that no
       # deletion of many files falls between two measurements (see the
