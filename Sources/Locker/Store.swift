@@ -149,16 +149,32 @@ public final class Store: @unchecked Sendable {
         return try? MoveIntent.open(bytes, with: metadata)
     }
 
+    /// The file at `relative` in the store, or nil when nothing readable
+    /// as a file is there. Any other error (EIO, EMFILE, ENOMEM) is thrown:
+    /// settling a move must not take a transient failure for a name that
+    /// is gone, and drop the intent that still matters.
+    private func readIfThere(_ relative: String, limit: Int) throws -> [UInt8]? {
+        do {
+            return try fs.readFile(path + "/" + relative, limit: limit)
+        } catch {
+            if let io = error as? IOError, io.isNotFound || io.isNotRegularFile || [ENOTDIR, EFBIG, EISDIR].contains(io.errno) {
+                return nil
+            }
+            throw error
+        }
+    }
+
     /// True when both names of `intent` are headers of its object: the
     /// move was interrupted after the new name was written and before the
-    /// old one was removed.
-    func moveLeftBothNames(_ intent: MoveIntent) -> Bool {
-        func names(_ relative: String) -> Bool {
-            guard let bytes = try? fs.readFile(path + "/" + relative, limit: ObjectHeader.maxFileLength),
+    /// old one was removed. A header that does not authenticate is not
+    /// one (verify reports it); a read that fails otherwise is thrown.
+    func moveLeftBothNames(_ intent: MoveIntent) throws -> Bool {
+        func names(_ relative: String) throws -> Bool {
+            guard let bytes = try readIfThere(relative, limit: ObjectHeader.maxFileLength),
                   let header = try? ObjectHeader.open(bytes, with: metadata) else { return false }
             return header.objectID == intent.objectID
         }
-        return names(intent.target) && names(intent.source)
+        return try names(intent.target) && names(intent.source)
     }
 
     /// The directory an interrupted directory move left with two places
@@ -166,18 +182,20 @@ public final class Store: @unchecked Sendable {
     /// is at: the new one once it was renamed (checked by ID at the
     /// intent's target), else the old one (at its source). Nil when the
     /// intent is of an object, or its directory's record names one place.
-    func halfMovedDirectory(_ intent: MoveIntent) -> (fsPath: String, settled: DirectoryRecord, renamed: Bool)? {
-        func record(at relative: String) -> DirectoryRecord? {
-            guard let bytes = try? fs.readFile(path + "/" + relative + "/.dir", limit: 8 << 10),
+    func halfMovedDirectory(_ intent: MoveIntent) throws -> (fsPath: String, settled: DirectoryRecord, renamed: Bool)? {
+        func record(at relative: String) throws -> DirectoryRecord? {
+            guard let bytes = try readIfThere(relative + "/.dir", limit: 8 << 10),
                   let record = try? DirectoryRecord.open(bytes, with: metadata),
                   record.directoryID == intent.objectID, record.previous != nil else { return nil }
             return record
         }
-        if var moved = record(at: intent.target) {
+        if var moved = try record(at: intent.target) {
             moved.previous = nil
             return (path + "/" + intent.target, moved, true)
         }
-        if var unmoved = record(at: intent.source), let previous = unmoved.previous {
+        // Its previous place is the one it was reached at when the move
+        // began (move() sees to that), so rolling back goes there.
+        if var unmoved = try record(at: intent.source), let previous = unmoved.previous {
             unmoved.parentID = previous.parentID
             unmoved.name = previous.name
             unmoved.previous = nil
@@ -195,7 +213,7 @@ public final class Store: @unchecked Sendable {
     /// to report.
     func settleInterruptedMove() throws {
         guard try fs.status(intentPath) != nil, let intent = pendingMoveIntent() else { return }
-        if let directory = halfMovedDirectory(intent) {
+        if let directory = try halfMovedDirectory(intent) {
             if directory.renamed {
                 // Dropping the old place before the rename is durable
                 // could leave, after a crash, a directory at its old place
@@ -205,7 +223,7 @@ public final class Store: @unchecked Sendable {
                 }
             }
             try fs.writeFileAtomically(directory.fsPath + "/.dir", directory.settled.sealed(with: metadata))
-        } else if moveLeftBothNames(intent) {
+        } else if try moveLeftBothNames(intent) {
             try fs.remove(path + "/" + intent.source)
         }
         try fs.remove(intentPath)
@@ -701,8 +719,17 @@ public final class Store: @unchecked Sendable {
             // stored is removed too, a few rounds at most.
             var rounds = 0
             var lock: FileLock?
+            // Another rm -r or mv of it may win meanwhile.
+            func entries() throws -> [String] {
+                do {
+                    return try fs.contentsOfDirectory(fsPath)
+                } catch {
+                    if let io = error as? IOError, io.isNotFound { throw Self.directoryGone(path) }
+                    throw error
+                }
+            }
             while true {
-                let names = try fs.contentsOfDirectory(fsPath).filter { $0 != ".dir" && !$0.hasPrefix(".tmp-") }
+                let names = try entries().filter { $0 != ".dir" && !$0.hasPrefix(".tmp-") }
                 if !names.isEmpty {
                     guard recursive else { throw StoreError.directoryNotEmpty(path.description) }
                     for item in try list(path) { try remove(item.path, recursive: true, open: &open) }
@@ -711,7 +738,7 @@ public final class Store: @unchecked Sendable {
                 // round's removals take it themselves.
                 let taken = try lockStore()
                 let empty = try withExtendedLifetime(taken) {
-                    try fs.contentsOfDirectory(fsPath).allSatisfy { $0 == ".dir" || Self.isTemporary($0) }
+                    try entries().allSatisfy { $0 == ".dir" || Self.isTemporary($0) }
                 }
                 if empty {
                     lock = taken
@@ -801,7 +828,18 @@ public final class Store: @unchecked Sendable {
             // here) drop the place the directory is not at: a record left
             // naming two places would let the directory be swapped back to
             // the other one on disk and still vouched for.
-            let old = try readDirectoryRecord(sourceFsPath, path: source, in: sourceParent.record.directoryID)
+            var old = try readDirectoryRecord(sourceFsPath, path: source, in: sourceParent.record.directoryID)
+            if old.previous != nil {
+                // A record naming two places with no intent beside it, as a
+                // crash under an older build left it: the directory is at
+                // the place it was reached at, so that is the one it keeps,
+                // durably, before this move may roll back to it.
+                old.parentID = sourceParent.record.directoryID
+                old.name = source.name
+                old.previous = nil
+                try fs.syncDirectory(sourceParent.fsPath)
+                try fs.writeFileAtomically(sourceFsPath + "/.dir", old.sealed(with: metadata))
+            }
             var moving = old
             moving.parentID = destinationParent.record.directoryID
             moving.name = target.name

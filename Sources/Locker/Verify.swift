@@ -55,7 +55,7 @@ extension Store {
             }
         }
         // The old name of an interrupted move, when both names are there.
-        let staleName = intent.flatMap { moveLeftBothNames($0) ? $0.source : nil }
+        let staleName = try intent.flatMap { try moveLeftBothNames($0) ? $0.source : nil }
 
         var referenced: [String: String] = [:]
         var objects: [(StorePath, ObjectHeader)] = []

@@ -243,6 +243,84 @@ private func errorKind(_ error: any Error) -> String? {
         }
     }
 
+    /// A record naming two places with no intent beside it, as a crash
+    /// under an older build left it: the directory at its new place, its
+    /// record naming the old one too. Moved again, to that old place, and
+    /// cut off at any call, the directory stays reachable at one place,
+    /// also once the next change has settled the move: a rollback goes to
+    /// where it was reached, not to the record's other place.
+    @Test func aRecordNamingTwoPlacesWithoutIntentMovedBackStaysReachable() throws {
+        let bench = try StoreBench()
+        defer { bench.cleanUp() }
+        let move = StoreOperation(name: "mv /d /e/d") { try $0.move(StorePath("/d"), to: StorePath("/e/d")) }
+        let back = StoreOperation(name: "mv /e/d /d") { try $0.move(StorePath("/e/d"), to: StorePath("/d")) }
+        let truth = bytes(3 * chunk, seed: 1)
+        func reachable(_ directory: String) throws -> [String] {
+            let store = try Store(path: directory, keys: bench.device, options: StoreBench.options())
+            return ["/d/obj", "/e/d/obj"].filter { path in
+                var data: [UInt8] = []
+                guard (try? store.read(StorePath(path)) { data.append(contentsOf: $0) }) != nil else { return false }
+                return data == truth
+            }
+        }
+        // The fourth rename puts the record naming only the new place in.
+        let calls = try bench.run(move, .none).calls
+        let renames = calls.indices.filter { ["rename", "renameat2"].contains(calls[$0]) }
+        try #require(renames.count >= 4, "\(calls)")
+        let legacy = try bench.run(move, .failFrom(at: renames[3] + 1, errno: EIO))
+        #expect(legacy.error != nil)
+        try FileManager.default.removeItem(atPath: legacy.directory + "/move.intent")
+        #expect(try reachable(legacy.directory) == ["/e/d/obj"])
+        try FileManager.default.removeItem(atPath: bench.template)
+        try copyTree(legacy.directory, to: bench.template)
+
+        let again = try bench.run(back, .none).calls.count
+        for at in 1...again {
+            let run = try bench.run(back, .failFrom(at: at, errno: EIO))
+            #expect(try reachable(run.directory).count == 1, "crash at call \(at) of \(again)")
+            // The next change settles what the cut-off move left.
+            try Store(path: run.directory, keys: bench.device, options: StoreBench.options()).makeDirectory(StorePath("/z"))
+            #expect(try reachable(run.directory).count == 1, "crash at call \(at) of \(again), then settled")
+        }
+    }
+
+    /// A move cut off with both names of its object left, settled by the
+    /// next change while one call of that change fails: the intent goes
+    /// only with the old name. A failed read is not a name that is gone.
+    @Test func aFailedReadWhileSettlingKeepsTheIntent() throws {
+        let bench = try StoreBench()
+        defer { bench.cleanUp() }
+        let move = StoreOperation(name: "mv /d/obj /e/obj") { try $0.move(StorePath("/d/obj"), to: StorePath("/e/obj")) }
+        let calls = try bench.run(move, .none).calls
+        let unlink = try #require(calls.firstIndex(of: "unlink"), "\(calls)")
+        let bothNames = try bench.run(move, .failFrom(at: unlink + 1, errno: EIO))
+        let template = bothNames.directory
+        func state(_ directory: String) -> (intent: Bool, old: Bool, new: Bool) {
+            let fm = FileManager.default
+            let store = try? Store(path: directory, keys: bench.device, options: StoreBench.options())
+            let names = ["/d/obj", "/e/obj"].map { path in
+                (try? store?.read(StorePath(path)) { _ in }) != nil
+            }
+            return (fm.fileExists(atPath: directory + "/move.intent"), names[0], names[1])
+        }
+        let before = state(template)
+        try #require(before.intent && before.old && before.new, "\(before)")
+        try FileManager.default.removeItem(atPath: bench.template)
+        try copyTree(template, to: bench.template)
+
+        let change = StoreOperation(name: "mkdir /z") { try $0.makeDirectory(StorePath("/z")) }
+        let count = try bench.run(change, .none).calls.count
+        var readsFailed = 0
+        for at in 1...count {
+            let run = try bench.run(change, .failOnce(at: at, errno: EIO))
+            if run.calls[at - 1] == "read" || run.calls[at - 1] == "pread" { readsFailed += 1 }
+            let after = state(run.directory)
+            #expect(after.new, "failure at call \(at) (\(run.calls[at - 1])): the new name is gone")
+            #expect(after.intent || !after.old, "failure at call \(at) (\(run.calls[at - 1])): both names left, the intent gone")
+        }
+        #expect(readsFailed > 0)
+    }
+
     @Test func setClass() throws {
         try exercise(StoreOperation(name: "setclass") { try $0.setClass(StorePath("/d/obj"), to: .complete) })
     }

@@ -321,30 +321,38 @@ import Synchronization
     /// it never says "not empty" (with a hint to use rm -r, which it is).
     @Test func removingATreeWhileObjectsAreStoredInItRemovesThemToo() throws {
         try Self.withStore { store, _ in
+            var storedMeanwhile = 0
             for round in 0..<6 {
                 for i in 0..<150 { try store.putBatch([try Self.item("/d/s\(i % 5)/o\(i)", [UInt8(i)])]) }
                 let stop = Atomic(false)
-                let removal = Mutex<(any Error)?>(nil)
+                let stored = Atomic(0)
+                let writerDone = DispatchSemaphore(value: 0)
                 // Another thread of the same store stands for another
-                // process: every change takes the store lock anew.
-                DispatchQueue.concurrentPerform(iterations: 2) { worker in
-                    if worker == 0 {
-                        var n = 0
-                        while !stop.load(ordering: .acquiring) {
-                            n += 1
-                            _ = try? store.putBatch([try Self.item("/d/s\(n % 5)/new\(n)", [1, 2, 3])])
+                // process: every change takes the store lock anew. Its own
+                // thread, so that it runs beside the removal on any number
+                // of cores; bounded, so that a removal that never ends
+                // cannot keep it going.
+                Thread.detachNewThread {
+                    var n = 0
+                    while !stop.load(ordering: .acquiring) && n < 20_000 {
+                        n += 1
+                        if (try? store.putBatch([try Self.item("/d/s\(n % 5)/new\(n)", [1, 2, 3])])) != nil {
+                            stored.add(1, ordering: .relaxed)
                         }
-                    } else {
-                        usleep(UInt32(round) * 2_000)
-                        do {
-                            try store.remove(try StorePath("/d"), recursive: true)
-                        } catch {
-                            removal.withLock { $0 = error }
-                        }
-                        stop.store(true, ordering: .releasing)
                     }
+                    writerDone.signal()
                 }
-                if let error = removal.withLock({ $0 }) {
+                usleep(UInt32(round) * 2_000)
+                var removal: (any Error)?
+                do {
+                    try store.remove(try StorePath("/d"), recursive: true)
+                } catch {
+                    removal = error
+                }
+                stop.store(true, ordering: .releasing)
+                writerDone.wait()
+                storedMeanwhile += stored.load(ordering: .relaxed)
+                if let error = removal {
                     // /d, or a directory below it that kept changing.
                     guard case .changedMeanwhile(let path, "kept storing objects in it")? = error as? StoreError, path.hasPrefix("/d") else {
                         Issue.record("round \(round): \(error)")
@@ -354,6 +362,8 @@ import Synchronization
                 _ = try? store.remove(try StorePath("/d"), recursive: true)
                 #expect(try store.verify(repair: true).damaged.isEmpty)
             }
+            // Else the writer stored nothing in any round: nothing raced.
+            #expect(storedMeanwhile > 0)
         }
     }
 
