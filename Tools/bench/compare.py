@@ -361,7 +361,7 @@ def report(results, kvpath):
         if ds == "small" and "plain" in st:
             # Could anything that writes one file per file meet it? The
             # plain copy does no more than that.
-            fl, what, why = st["plain"]["med"], "a plain copy (tar, no encryption) of the same files", "one file per file"
+            fl, what, why = st["plain"]["med"], "a plain copy (tar, no encryption) of the same files", "for one file per file"
         elif "disk" in st:
             fl, what, why = (st["disk"]["med"], "the disk alone, for the same reads and writes (`disk`)",
                              "while the object is read from the disk")
