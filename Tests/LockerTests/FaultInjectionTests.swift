@@ -74,6 +74,33 @@ private final class StoreBench {
         try? FileManager.default.removeItem(atPath: root)
     }
 
+    /// The paths among `paths` that read back as `truth` from the store at
+    /// `directory`.
+    func readable(_ paths: [String], as truth: [UInt8], in directory: String) throws -> [String] {
+        let store = try Store(path: directory, keys: device, options: Self.options())
+        return paths.filter { path in
+            var data: [UInt8] = []
+            guard (try? store.read(StorePath(path)) { data.append(contentsOf: $0) }) != nil else { return false }
+            return data == truth
+        }
+    }
+
+    /// Runs `operation` with every call failing from its `n`-th rename
+    /// (counted from 0) on, as a crash there would leave it.
+    func cutOff(_ operation: StoreOperation, atRename n: Int) throws -> (directory: String, error: (any Error)?) {
+        let calls = try run(operation, .none).calls
+        let renames = calls.indices.filter { ["rename", "renameat2"].contains(calls[$0]) }
+        try #require(renames.count > n, "\(calls)")
+        let cut = try run(operation, .failFrom(at: renames[n] + 1, errno: EIO))
+        return (cut.directory, cut.error)
+    }
+
+    /// Makes the store at `directory` the one later runs start from.
+    func adopt(_ directory: String) throws {
+        try FileManager.default.removeItem(atPath: template)
+        try copyTree(directory, to: template)
+    }
+
     /// Runs `operation` on a fresh copy with `fault`; returns the copy.
     func run(_ operation: StoreOperation, _ fault: Fault) throws
         -> (directory: String, error: (any Error)?, calls: [String], faulty: FaultyFileSystem)
@@ -215,26 +242,14 @@ private func errorKind(_ error: any Error) -> String? {
         let bench = try StoreBench()
         defer { bench.cleanUp() }
         let move = StoreOperation(name: "mv /d /e/d") { try $0.move(StorePath("/d"), to: StorePath("/e/d")) }
-        let truth = bytes(3 * chunk, seed: 1)
-        func reachable(_ directory: String) throws -> [String] {
-            let store = try Store(path: directory, keys: bench.device, options: StoreBench.options())
-            return ["/d/obj", "/e/d/obj"].filter { path in
-                var data: [UInt8] = []
-                guard (try? store.read(StorePath(path)) { data.append(contentsOf: $0) }) != nil else { return false }
-                return data == truth
-            }
-        }
+        let reachable = { try bench.readable(["/d/obj", "/e/d/obj"], as: bytes(3 * chunk, seed: 1), in: $0) }
         // The directory's own rename is the move's third rename (the
         // first puts the intent in place, the second its rewritten record).
-        let calls = try bench.run(move, .none).calls
-        let renames = calls.indices.filter { ["rename", "renameat2"].contains(calls[$0]) }
-        try #require(renames.count >= 3, "\(calls)")
-        let halfMoved = try bench.run(move, .failFrom(at: renames[2] + 1, errno: EIO))
+        let halfMoved = try bench.cutOff(move, atRename: 2)
         #expect(halfMoved.error != nil)
         #expect(FileManager.default.fileExists(atPath: halfMoved.directory + "/move.intent"))
         #expect(try reachable(halfMoved.directory) == ["/d/obj"])
-        try FileManager.default.removeItem(atPath: bench.template)
-        try copyTree(halfMoved.directory, to: bench.template)
+        try bench.adopt(halfMoved.directory)
 
         let again = try bench.run(move, .none).calls.count
         for at in 1...again {
@@ -254,25 +269,13 @@ private func errorKind(_ error: any Error) -> String? {
         defer { bench.cleanUp() }
         let move = StoreOperation(name: "mv /d /e/d") { try $0.move(StorePath("/d"), to: StorePath("/e/d")) }
         let back = StoreOperation(name: "mv /e/d /d") { try $0.move(StorePath("/e/d"), to: StorePath("/d")) }
-        let truth = bytes(3 * chunk, seed: 1)
-        func reachable(_ directory: String) throws -> [String] {
-            let store = try Store(path: directory, keys: bench.device, options: StoreBench.options())
-            return ["/d/obj", "/e/d/obj"].filter { path in
-                var data: [UInt8] = []
-                guard (try? store.read(StorePath(path)) { data.append(contentsOf: $0) }) != nil else { return false }
-                return data == truth
-            }
-        }
+        let reachable = { try bench.readable(["/d/obj", "/e/d/obj"], as: bytes(3 * chunk, seed: 1), in: $0) }
         // The fourth rename puts the record naming only the new place in.
-        let calls = try bench.run(move, .none).calls
-        let renames = calls.indices.filter { ["rename", "renameat2"].contains(calls[$0]) }
-        try #require(renames.count >= 4, "\(calls)")
-        let legacy = try bench.run(move, .failFrom(at: renames[3] + 1, errno: EIO))
+        let legacy = try bench.cutOff(move, atRename: 3)
         #expect(legacy.error != nil)
         try FileManager.default.removeItem(atPath: legacy.directory + "/move.intent")
         #expect(try reachable(legacy.directory) == ["/e/d/obj"])
-        try FileManager.default.removeItem(atPath: bench.template)
-        try copyTree(legacy.directory, to: bench.template)
+        try bench.adopt(legacy.directory)
 
         let again = try bench.run(back, .none).calls.count
         for at in 1...again {
@@ -305,8 +308,7 @@ private func errorKind(_ error: any Error) -> String? {
         }
         let before = state(template)
         try #require(before.intent && before.old && before.new, "\(before)")
-        try FileManager.default.removeItem(atPath: bench.template)
-        try copyTree(template, to: bench.template)
+        try bench.adopt(template)
 
         let change = StoreOperation(name: "mkdir /z") { try $0.makeDirectory(StorePath("/z")) }
         let count = try bench.run(change, .none).calls.count
