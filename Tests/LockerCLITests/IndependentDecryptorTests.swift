@@ -143,6 +143,70 @@ struct IndependentDecryptorTests {
         }
     }
 
+    /// Directories moved with `mv` (one under a name long enough to be
+    /// stored hashed) read back at their new paths only; two directories
+    /// swapped on disk, each under the other's stored name, are refused.
+    @Test func readsMovedDirectoriesAndRefusesSwappedOnes() throws {
+        try withFixture { f in
+            try f.initialize(passcode: "pc")
+            let passcodeFile = f.root + "/passcode"
+            try Data("pc\n".utf8).write(to: URL(fileURLWithPath: passcodeFile))
+            let longName = String(repeating: "long-name-", count: 30)
+            let contents: [(path: String, bytes: Data)] = [
+                ("/a/x", Data("in a\n".utf8)),
+                ("/b/y", Data("in b\n".utf8)),
+                ("/\(longName)/z", Data("in the long-named one\n".utf8)),
+            ]
+            for (path, bytes) in contents { try put(f, path, bytes) }
+            for arguments in [["mkdir", "/m"], ["mv", "/a", "/m/a"], ["mv", "/" + longName, "/m/" + longName]] {
+                let r = try f.run(arguments)
+                try #require(r.status == 0, "\(arguments): \(r)")
+            }
+            let moved = [("/m/a/x", contents[0].bytes), ("/b/y", contents[1].bytes), ("/m/\(longName)/z", contents[2].bytes)]
+            for (path, bytes) in moved {
+                let d = try decrypt(f, ["--passcode-file", passcodeFile, path])
+                #expect(d.result.status == 0 && d.output == bytes, "\(path): \(d.result)")
+            }
+            for path in ["/a/x", "/\(longName)/z"] {
+                let d = try decrypt(f, ["--passcode-file", passcodeFile, path])
+                #expect(d.result.status != 0 && d.output.isEmpty, "\(path) read at the place it left: \(d.result)")
+            }
+            let list = try decrypt(f, ["--list"])
+            #expect(list.result.status == 0, "\(list.result)")
+            #expect(String(decoding: list.output, as: UTF8.self).split(separator: "\n").map { String($0.split(separator: "\t")[0]) }.sorted()
+                    == moved.map(\.0).sorted())
+
+            // /b and one of /m's two swapped on disk, each under the other's
+            // name: b is the root's directory without subdirectories.
+            let fm = FileManager.default
+            let ns = f.store + "/ns"
+            func subdirectories(_ path: String) throws -> [String] {
+                try fm.contentsOfDirectory(atPath: path).filter { name in
+                    var isDirectory: ObjCBool = false
+                    return fm.fileExists(atPath: path + "/" + name, isDirectory: &isDirectory) && isDirectory.boolValue
+                }
+            }
+            let top = try subdirectories(ns)
+            try #require(top.count == 2, "\(top)")
+            let b = try #require(try top.first { try subdirectories(ns + "/" + $0).isEmpty })
+            let m = try #require(top.first { $0 != b })
+            let inM = try subdirectories(ns + "/" + m)
+            try #require(inM.count == 2, "\(inM)")
+            try fm.moveItem(atPath: ns + "/" + b, toPath: f.root + "/swap")
+            try fm.moveItem(atPath: ns + "/" + m + "/" + inM[0], toPath: ns + "/" + b)
+            try fm.moveItem(atPath: f.root + "/swap", toPath: ns + "/" + m + "/" + inM[0])
+            for path in ["/b/x", "/b/y", "/b/z", "/m/a/y", "/m/\(longName)/y"] {
+                let d = try decrypt(f, ["--passcode-file", passcodeFile, path])
+                #expect(d.result.status != 0 && d.output.isEmpty, "\(path) read after the swap: \(d.result)")
+            }
+            // The one of /m's not swapped still reads.
+            let untouched = try ["/m/a/x", "/m/\(longName)/z"].filter { path in
+                try decrypt(f, ["--passcode-file", passcodeFile, path]).result.status == 0
+            }
+            #expect(untouched.count == 1, "\(untouched)")
+        }
+    }
+
     @Test func readsADeviceWithoutAPasscode() throws {
         try withFixture { f in
             let r = try f.run(["init", "--no-passcode"])
