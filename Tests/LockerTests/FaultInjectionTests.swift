@@ -714,13 +714,7 @@ private func bytes(_ count: Int, seed: Int) -> [UInt8] {
 }
 
 private func write(_ store: Store, _ path: String, _ data: [UInt8]) throws {
-    var offset = 0
-    try store.put(StorePath(path)) { buffer in
-        let n = min(buffer.count, data.count - offset)
-        buffer.copyBytes(from: data[offset..<(offset + n)])
-        offset += n
-        return n
-    }
+    try store.put(StorePath(path), bytes: data)
 }
 
 /// Every entry of the namespace: directories with their default class,

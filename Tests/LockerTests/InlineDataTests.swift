@@ -18,13 +18,7 @@ import Testing
     }
 
     func put(_ store: Store, _ path: String, _ data: [UInt8], _ cls: ProtectionClass? = .complete) throws {
-        var offset = 0
-        try store.put(StorePath(path), protection: cls) { buffer in
-            let n = min(buffer.count, data.count - offset)
-            buffer.copyBytes(from: data[offset..<(offset + n)])
-            offset += n
-            return n
-        }
+        try store.put(StorePath(path), bytes: data, protection: cls)
     }
 
     func get(_ store: Store, _ path: String) throws -> [UInt8] {

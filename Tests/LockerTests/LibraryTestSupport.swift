@@ -110,3 +110,17 @@ final class ForwardingKeys: KeyService {
     func openFileKey(objectID: String) throws -> SecretBytes { try device.openFileKey(objectID: objectID) }
     func close(objectID: String) throws { try device.close(objectID: objectID) }
 }
+
+extension Store {
+    /// Stores `bytes` at `path`, handed to the store as it asks for them.
+    @discardableResult
+    func put(_ path: StorePath, bytes: [UInt8], protection: ProtectionClass? = nil) throws -> ObjectInfo {
+        var offset = 0
+        return try put(path, protection: protection) { buffer in
+            let n = min(buffer.count, bytes.count - offset)
+            buffer.copyBytes(from: bytes[offset..<(offset + n)])
+            offset += n
+            return n
+        }
+    }
+}

@@ -19,13 +19,13 @@ import Testing
         let data = (0..<40_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
         let store = try storeHoldingAX(data, device)
         try store.makeDirectory(StorePath("/b"))
-        let headersBefore = try headerFiles()
+        let headersBefore = headerFiles()
         #expect(headersBefore.count == 1)
         let source = headersBefore[0]
         let sourceBytes = try Data(contentsOf: URL(fileURLWithPath: root + "/s/" + source))
         try store.move(StorePath("/a/x"), to: StorePath("/b/y"))
         #expect(!FileManager.default.fileExists(atPath: root + "/s/move.intent"), "a finished move leaves no intent")
-        let target = try #require(try headerFiles().first)
+        let target = try #require(headerFiles().first)
         try sourceBytes.write(to: URL(fileURLWithPath: root + "/s/" + source))
 
         let keys = try MetadataKeys(metadataKey: device.metadataKey())
@@ -38,26 +38,27 @@ import Testing
     /// A new store holding `data` as /a/x (three chunks).
     private func storeHoldingAX(_ data: [UInt8], _ device: Device) throws -> Store {
         let store = try Store(path: root + "/s", keys: device, options: .init(chunkSize: 16 << 10))
-        var offset = 0
-        try store.put(StorePath("/a/x"), protection: .completeUntilFirstUserAuthentication) { buffer in
-            let n = min(buffer.count, data.count - offset)
-            buffer.copyBytes(from: data[offset..<(offset + n)])
-            offset += n
-            return n
-        }
+        try store.put(StorePath("/a/x"), bytes: data, protection: .completeUntilFirstUserAuthentication)
         return store
     }
 
-    /// Object header files under ns/, relative to the store directory.
-    private func headerFiles() throws -> [String] {
+    /// Entries under ns/ that are directories (or else object header
+    /// files), relative to the store directory.
+    private func namespaceEntries(directories: Bool) -> [String] {
         let base = root + "/s/"
         let all = FileManager.default.enumerator(atPath: base + "ns")?.compactMap { $0 as? String } ?? []
         return all.filter { path in
             var isDirectory: ObjCBool = false
             let exists = FileManager.default.fileExists(atPath: base + "ns/" + path, isDirectory: &isDirectory)
-            return exists && !isDirectory.boolValue && !path.hasSuffix(".dir")
+            return exists && isDirectory.boolValue == directories && (directories || !path.hasSuffix(".dir"))
         }.map { "ns/" + $0 }
     }
+
+    /// Object header files under ns/, relative to the store directory.
+    private func headerFiles() -> [String] { namespaceEntries(directories: false) }
+
+    /// Directories under ns/, relative to the store directory.
+    private func directories() -> [String] { namespaceEntries(directories: true) }
 
     private func makeDevice() throws -> Device {
         try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
@@ -102,15 +103,18 @@ import Testing
     /// crash inside the directory move leaves: the intent, and the record
     /// naming the new place with the old one as previous, at the new place
     /// (`renamed`) or with the directory back at the old one. Returns the
-    /// store, both directories' paths relative to the store, and the data.
-    private func interruptedDirectoryMove(_ device: Device, renamed: Bool) throws -> (Store, old: String, new: String, [UInt8]) {
+    /// store, both directories' paths relative to the store, the data, and
+    /// the metadata keys the records are sealed with.
+    private func interruptedDirectoryMove(_ device: Device, renamed: Bool) throws
+        -> (Store, old: String, new: String, [UInt8], MetadataKeys)
+    {
         let data = (0..<40_000).map { UInt8(truncatingIfNeeded: $0 &* 13) }
         let store = try storeHoldingAX(data, device)
-        let old = try #require(try directories().first)
+        let old = try #require(directories().first)
         try store.makeDirectory(StorePath("/b"))
         try store.move(StorePath("/a"), to: StorePath("/b/a"))
         #expect(!FileManager.default.fileExists(atPath: root + "/s/move.intent"), "a finished move leaves no intent")
-        let new = try #require(try directories().first { $0.split(separator: "/").count == 3 })
+        let new = try #require(directories().first { $0.split(separator: "/").count == 3 })
 
         let keys = try MetadataKeys(metadataKey: device.metadataKey())
         let rootRecord = try record(at: "ns", keys)
@@ -121,17 +125,7 @@ import Testing
         try Data(halfMoved.sealed(with: keys)).write(to: URL(fileURLWithPath: root + "/s/" + (renamed ? new : old) + "/.dir"))
         let intent = MoveIntent(source: old, target: new, objectID: halfMoved.directoryID)
         try Data(intent.sealed(with: keys)).write(to: URL(fileURLWithPath: root + "/s/move.intent"))
-        return (store, old, new, data)
-    }
-
-    /// Directories under ns/, relative to the store directory.
-    private func directories() throws -> [String] {
-        let base = root + "/s/"
-        let all = FileManager.default.enumerator(atPath: base + "ns")?.compactMap { $0 as? String } ?? []
-        return all.filter { path in
-            var isDirectory: ObjCBool = false
-            return FileManager.default.fileExists(atPath: base + "ns/" + path, isDirectory: &isDirectory) && isDirectory.boolValue
-        }.map { "ns/" + $0 }
+        return (store, old, new, data, keys)
     }
 
     private func record(at directory: String, _ keys: MetadataKeys) throws -> DirectoryRecord {
@@ -148,8 +142,7 @@ import Testing
     @Test func aDirectoryMoveCutOffAfterItsRenameKeepsOnlyTheNewPlaceAfterTheNextChange() throws {
         defer { try? FileManager.default.removeItem(atPath: root) }
         let device = try makeDevice()
-        let (store, old, new, data) = try interruptedDirectoryMove(device, renamed: true)
-        let keys = try MetadataKeys(metadataKey: device.metadataKey())
+        let (store, old, new, data, keys) = try interruptedDirectoryMove(device, renamed: true)
         #expect(try read(store, "/b/a/x") == data)
         // Until the move is settled, its record vouches for both places:
         // moved back to the old one on disk, the directory is taken there.
@@ -171,8 +164,7 @@ import Testing
     @Test func aDirectoryMoveCutOffBeforeItsRenameKeepsOnlyTheOldPlaceAfterTheNextChange() throws {
         defer { try? FileManager.default.removeItem(atPath: root) }
         let device = try makeDevice()
-        let (store, old, new, data) = try interruptedDirectoryMove(device, renamed: false)
-        let keys = try MetadataKeys(metadataKey: device.metadataKey())
+        let (store, old, new, data, keys) = try interruptedDirectoryMove(device, renamed: false)
         #expect(try read(store, "/a/x") == data)
         try store.makeDirectory(StorePath("/c"))
         #expect(!FileManager.default.fileExists(atPath: root + "/s/move.intent"))
@@ -191,8 +183,7 @@ import Testing
     @Test func verifyReportsAnInterruptedDirectoryMoveAndRepairSettlesIt() throws {
         defer { try? FileManager.default.removeItem(atPath: root) }
         let device = try makeDevice()
-        let (store, _, new, data) = try interruptedDirectoryMove(device, renamed: true)
-        let keys = try MetadataKeys(metadataKey: device.metadataKey())
+        let (store, _, new, data, keys) = try interruptedDirectoryMove(device, renamed: true)
         let report = try store.verify(readData: true)
         #expect(report.damaged.isEmpty, "\(report.damaged)")
         #expect(report.garbage == ["move.intent"])

@@ -204,13 +204,7 @@ func pagesInCache(_ path: String) throws -> [Bool] {
                 return UInt8(truncatingIfNeeded: seed >> 33)
             }
             let before = Set(try FileManager.default.contentsOfDirectory(atPath: root + "/s/data"))
-            var offset = 0
-            try store.put(StorePath("/" + name), protection: ProtectionClass.none) { buffer in
-                let n = min(buffer.count, data.count - offset)
-                buffer.copyBytes(from: data[offset..<(offset + n)])
-                offset += n
-                return n
-            }
+            try store.put(StorePath("/" + name), bytes: data, protection: ProtectionClass.none)
             let added = Set(try FileManager.default.contentsOfDirectory(atPath: root + "/s/data")).subtracting(before)
             try #require(added.count == 1, "\(added)")
             return (data, root + "/s/data/" + added.first!)

@@ -15,13 +15,7 @@ import Synchronization
         let store = try Store(path: root + "/s", keys: device, options: .init(chunkSize: 16 << 10))
         for size in [0, 1, 16383, 16384, 16385, 3 * 16384 + 7, 1 << 20] {
             let data = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 / 7) }
-            var offset = 0
-            try store.put(StorePath("/a/b/obj\(size)"), protection: .complete) { buffer in
-                let n = min(buffer.count, data.count - offset)
-                buffer.copyBytes(from: data[offset..<(offset + n)])
-                offset += n
-                return n
-            }
+            try store.put(StorePath("/a/b/obj\(size)"), bytes: data, protection: .complete)
             var out: [UInt8] = []
             try store.read(StorePath("/a/b/obj\(size)")) { out.append(contentsOf: $0) }
             #expect(out == data, "size \(size)")
@@ -71,14 +65,8 @@ import Synchronization
         let store = try Store(path: root + "/s", keys: device, options: .init(chunkSize: UInt32(chunk), workers: 2))
         for size in [0, 1, chunk - 1, chunk, 20 * chunk + 5, 90 * chunk + 11] {
             let data = Self.noise(size)
-            var offset = 0
             let path = try StorePath("/p/obj\(size)")
-            try store.put(path, protection: .complete) { buffer in
-                let n = min(buffer.count, data.count - offset)
-                buffer.copyBytes(from: data[offset..<(offset + n)])
-                offset += n
-                return n
-            }
+            try store.put(path, bytes: data, protection: .complete)
             var ranges: [Range<Int>] = [0..<size]
             if size > 2 { ranges += [1..<(size - 1), (size - 1)..<size] }
             if size > 3 * chunk { ranges += [(chunk - 1)..<(chunk + 1), (chunk / 2)..<(3 * chunk + 7), (2 * chunk)..<(3 * chunk)] }
