@@ -29,8 +29,6 @@ enum Fetched {
     static let hmacSHA256: Handle? = macTemplate(digest: "SHA2-256")
     static let hmacSHA512: Handle? = macTemplate(digest: "SHA2-512")
 
-    static let hkdf: Handle? = EVP_KDF_fetch(nil, "HKDF", nil).map(Handle.init)
-
     private static func macTemplate(digest: String) -> Handle? {
         guard let mac = EVP_MAC_fetch(nil, "HMAC", nil) else { return nil }
         defer { EVP_MAC_free(mac) }
