@@ -80,4 +80,18 @@ struct HMACVectorTests {
         let empty = try HMAC.authenticationCode(for: [], key: SecretBytes(copying: []))
         #expect(empty.hex == "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad")
     }
+
+    @Test("RFC 4231 test cases 1 and 2, HMAC-SHA-512")
+    func sha512KnownAnswers() throws {
+        // RFC 4231 section 4.2: key 0x0b x 20, data "Hi There".
+        let first = try HMAC.authenticationCode(.sha512, for: Array("Hi There".utf8),
+                                                key: SecretBytes(copying: [UInt8](repeating: 0x0b, count: 20)))
+        #expect(first.hex == "87aa7cdea5ef619d4ff0b4241a1d6cb02379f4e2ce4ec2787ad0b30545e17cde"
+            + "daa833b7d6b8a702038b274eaea3f4e4be9d914eeb61f1702e696c203a126854")
+        // Section 4.3.
+        let second = try HMAC.authenticationCode(.sha512, for: Array("what do ya want for nothing?".utf8),
+                                                 key: SecretBytes(copying: Array("Jefe".utf8)))
+        #expect(second.hex == "164b7a7bfcf819e2e395fbe73b56e0a387bd64222e831fd610270cd7ea250554"
+            + "9758bf75c05a994a6d034f65f8f0e6fdcaeab1a34d4a6b4b636e070a38bce737")
+    }
 }

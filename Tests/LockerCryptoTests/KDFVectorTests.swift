@@ -126,6 +126,30 @@ struct KDFVectorTests {
             }
         }
         #expect(try HKDF.deriveKey(inputKeyMaterial: ikm, outputByteCount: 255 * 32).count == 255 * 32)
+        #expect(throws: CryptoError.invalidParameter) {
+            _ = try HKDF.deriveKey(.sha512, inputKeyMaterial: ikm, outputByteCount: 255 * 64 + 1)
+        }
+        #expect(try HKDF.deriveKey(.sha512, inputKeyMaterial: ikm, outputByteCount: 255 * 64).count == 255 * 64)
+    }
+
+    @Test("HKDF-SHA512 known answers")
+    func hkdfSHA512() throws {
+        // Neither RFC 5869 nor the Wycheproof set here has SHA-512 cases.
+        // These outputs come from another implementation, pyca/cryptography's
+        // HKDF(SHA512), on RFC 5869 A.1's inputs: 100 bytes (a partial last
+        // block), and 64 bytes with no salt and no info.
+        let ikm = SecretBytes(copying: [UInt8](repeating: 0x0b, count: 22))
+        let long = try HKDF.deriveKey(.sha512, inputKeyMaterial: ikm, salt: Array(0x00...0x0c),
+                                      info: Array(0xf0...0xf9), outputByteCount: 100)
+        let expectedLong = "832390086cda71fb47625bb5ceb168e4c8e26a1a16ed34d9fc7fe92c14815793"
+            + "38da362cb8d9f925d7cbcce0dff7098769cf15959867d571c1715450cb530137"
+            + "be3fb62f3cf32b84feba8f1eb1b563e20d9749b8640b8264c4b69b14ad519911"
+            + "5e1d609c"
+        #expect(long == SecretBytes(copying: [UInt8](hex: expectedLong)!))
+        let bare = try HKDF.deriveKey(.sha512, inputKeyMaterial: ikm, outputByteCount: 64)
+        let expectedBare = "f5fa02b18298a72a8c23898a8703472c6eb179dc204c03425c970e3b164bf90f"
+            + "ff22d04836d0e2343bacc4e7cb6045faaa698e0e3b3eb91331306def1db8319e"
+        #expect(bare == SecretBytes(copying: [UInt8](hex: expectedBare)!))
     }
 
     static func runPBKDF2(_ file: String) throws -> VectorRun {

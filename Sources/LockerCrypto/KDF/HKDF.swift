@@ -1,5 +1,3 @@
-internal import COpenSSL
-
 /// The hash functions Locker's KDFs and MACs may use.
 public enum HashFunction: Sendable {
     case sha256

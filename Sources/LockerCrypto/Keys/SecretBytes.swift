@@ -141,8 +141,6 @@ public final class SecretBytes: @unchecked Sendable {
         }
     }
 
-    var unsafeBaseAddress: UnsafeMutableRawPointer { storage.baseAddress! }
-
     /// Calls `body` with the secret bytes. The pointer is valid only for the
     /// duration of the call.
     public func withUnsafeBytes<R, E: Error>(
