@@ -255,8 +255,9 @@ def report(results, kvpath):
       "peak RSS is the command's largest process (for a pipeline, its largest stage), "
       "with the helper's peak after \"+\"." % nruns)
     P()
-    P("`plain` is not a peer but a floor: the same files copied with `tar` (a `cp` for one "
-      "file) and synced, with no compression or encryption, one file per file.")
+    P("`plain` is not a peer but a floor: the same files copied with `tar`, two pipelines at "
+      "once over alternate top-level directories (a `cp` for one file), and synced, with no "
+      "compression or encryption, one file per file.")
     if any(r["tool"] == "disk" for r in rows):
         P()
         P("`disk` is the floor of Locker's own fetch of a few large objects, measured right "
@@ -361,7 +362,7 @@ def report(results, kvpath):
         if ds == "small" and "plain" in st:
             # Could anything that writes one file per file meet it? The
             # plain copy does no more than that.
-            fl, what, why = st["plain"]["med"], "a plain copy (tar, no encryption) of the same files", "for one file per file"
+            fl, what, why = st["plain"]["med"], "a plain copy (two tar pipelines, no encryption) of the same files", "for one file per file"
         elif "disk" in st:
             fl, what, why = (st["disk"]["med"], "the disk alone, for the same reads and writes (`disk`)",
                              "while the object is read from the disk")

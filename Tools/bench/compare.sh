@@ -122,8 +122,9 @@ if command -v gocryptfs >/dev/null && [ -e /dev/fuse ]; then
   fi
   rm -rf "$work/fusetest"
 fi
-# "plain" is not a peer but a floor: the same files copied with tar and no
-# encryption, one file per file, as Locker stores small objects.
+# "plain" is not a peer but a floor: the same files copied with tar (two
+# pipelines at once, see copy_tree) and no encryption, one file per file, as
+# Locker stores small objects.
 if [ "$gocrypt" -eq 1 ]; then tools=(locker restic borg age openssl gocryptfs plain)
 else
   log "gocryptfs skipped: FUSE does not work here (no /dev/fuse or the test mount failed)"
@@ -282,12 +283,32 @@ put_gocryptfs() {
   sync -f "$R/gc.cipher"
 }
 get_gocryptfs() { cp -r "$R/gc.plain/." "$3/" && sync -f "$3"; }
+# copy_tree SRC DST: SRC's tree into DST as two tar pipelines at once, over
+# alternate top-level entries, so that the floor uses both cores as Locker
+# does (one tar creating 20,000 files took 1.3 s where two threads took 0.9).
+copy_tree() {
+  local -a all=() half=()
+  local i k p=""
+  mapfile -t all < <(ls -A "$1" | LC_ALL=C sort)
+  for i in 0 1; do
+    half=()
+    for ((k = i; k < ${#all[@]}; k += 2)); do half+=("${all[$k]}"); done
+    [ ${#half[@]} -gt 0 ] || continue
+    if [ "$i" -eq 0 ]; then
+      (tar -C "$1" -cf - -- "${half[@]}" | tar -C "$2" -xf -) &
+      p=$!
+    else
+      tar -C "$1" -cf - -- "${half[@]}" | tar -C "$2" -xf - || return 1
+    fi
+  done
+  [ -z "$p" ] || wait "$p"
+}
 put_plain() {
   mkdir -p "$R/plain"
-  if [ "$1" = file ]; then cp "$2" "$R/plain/"; else tar -C "$2" -cf - . | tar -C "$R/plain" -xf -; fi
+  if [ "$1" = file ]; then cp "$2" "$R/plain/"; else copy_tree "$2" "$R/plain"; fi
   sync -f "$R/plain"
 }
-get_plain() { tar -C "$R/plain" -cf - . | tar -C "$3" -xf - && sync -f "$3"; }
+get_plain() { copy_tree "$R/plain" "$3" && sync -f "$3"; }
 # "disk" is the floor of Locker's own fetch of a few large objects, measured
 # right after it in the same round: the disk's time for the same I/O, with
 # no decompression or decryption. Locker reads its data files past the page
@@ -302,7 +323,7 @@ get_disk() {
   dd if=/dev/zero of="$3/floor" bs=1M count=$(($2 >> 20)) oflag=direct conv=fsync status=none
 }
 export -f put_locker get_locker put_restic get_restic put_borg get_borg put_age get_age \
-  put_openssl get_openssl put_gocryptfs get_gocryptfs put_plain get_plain get_disk
+  put_openssl get_openssl put_gocryptfs get_gocryptfs put_plain get_plain get_disk copy_tree
 
 # gocryptfs runs in the foreground as our child, so its daemon's CPU and
 # memory can be measured (its pid is in $work/gc.pid while mounted).
