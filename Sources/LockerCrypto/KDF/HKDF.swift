@@ -63,29 +63,24 @@ public enum HKDF {
         return try SecretBytes(count: outputByteCount) { out throws in
             try pseudorandomKey.withUnsafeBytes { prk throws in
                 try info.withUnsafeBytes { infoBytes throws in
-                    var counter: UInt8 = 0
-                    var offset = 0
-                    while offset < outputByteCount {
-                        counter += 1
-                        let previous = offset == 0
-                            ? UnsafeRawBufferPointer(start: nil, count: 0)
-                            : UnsafeRawBufferPointer(rebasing: out[(offset - length)..<offset])
+                    for offset in stride(from: 0, to: outputByteCount, by: length) {
+                        let counter = UInt8(offset / length + 1)  // at most 255: checked above
+                        let previous = UnsafeRawBufferPointer(rebasing: out[max(0, offset - length)..<offset])
+                        let rest = outputByteCount - offset
                         try withUnsafeBytes(of: counter) { c throws in
                             let message = [previous, infoBytes, c]
-                            if outputByteCount - offset >= length {
+                            if rest >= length {
                                 try HMAC.compute(hash, key: prk, message: message,
                                                  into: UnsafeMutableRawBufferPointer(rebasing: out[offset..<(offset + length)]))
-                            } else {
-                                let last = try SecretBytes(count: length) { block throws in
-                                    try HMAC.compute(hash, key: prk, message: message, into: block)
-                                }
-                                last.withUnsafeBytes { block in
-                                    out.baseAddress!.advanced(by: offset)
-                                        .copyMemory(from: block.baseAddress!, byteCount: outputByteCount - offset)
-                                }
+                                return
+                            }
+                            let last = try SecretBytes(count: length) { block throws in
+                                try HMAC.compute(hash, key: prk, message: message, into: block)
+                            }
+                            last.withUnsafeBytes { block in
+                                UnsafeMutableRawBufferPointer(rebasing: out[offset...]).copyMemory(from: UnsafeRawBufferPointer(rebasing: block[..<rest]))
                             }
                         }
-                        offset += length
                     }
                 }
             }
