@@ -43,6 +43,9 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// For each object read ahead, signalled once its slot is written;
     /// nil for the others.
     private let ready: [DispatchSemaphore?]
+    /// Whether the writer of each object has waited for its read, in
+    /// ``source(_:)``. Each element is touched by that writer only.
+    private let consumed: UnsafeMutableBufferPointer<Bool>
     // Guarded by `condition`:
     private var nextReservation = 0
     /// Live reservations, oldest first, and whether each was released.
@@ -73,6 +76,8 @@ public final class ReadAheadWindow: @unchecked Sendable {
         self.ready = ready
         slots = .allocate(capacity: items.count)
         slots.initialize(repeating: nil)
+        consumed = .allocate(capacity: items.count)
+        consumed.initialize(repeating: false)
         window = order.isEmpty ? nil : SensitiveBuffer(count: Self.capacity)
         for _ in 0..<min(Self.readers, order.count) {
             done.enter()
@@ -89,6 +94,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
     func source(_ i: Int) throws -> (UnsafeMutableRawBufferPointer) throws -> Int {
         guard let ready = ready[i] else { return items[i].source }
         ready.wait()
+        consumed[i] = true
         switch slots[i]! {
         case .failed(let error):
             throw error
@@ -111,9 +117,18 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// Gives back object `i`'s space, once it is written or has failed;
     /// the bytes are wiped. Nothing for an object not read ahead.
     func release(_ i: Int) {
-        guard ready[i] != nil else { return }
+        guard let ready = ready[i] else { return }
         condition.lock()
         defer { condition.unlock() }
+        if !consumed[i], reservationOf[i] != nil {
+            // Given up (its writer failed first) after a reader reserved
+            // it: the reader may still be writing into its space, which
+            // must not be wiped or handed on before it is done. A reader
+            // always reads what it reserved, so this wait ends.
+            condition.unlock()
+            ready.wait()
+            condition.lock()
+        }
         guard let k = reservationOf.removeValue(forKey: i) else {
             // Given up before it was read (its writer failed first): it
             // must not be read, or its space would never come back.
@@ -154,6 +169,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
         joined = true
         slots.deinitialize()
         slots.deallocate()
+        consumed.deallocate()
     }
 
     /// How many items the window was started for.
