@@ -95,6 +95,17 @@ private final class StoreBench {
         return (cut.directory, cut.error)
     }
 
+    /// Runs `operation` once for each call it makes, every call failing
+    /// from that one on (as a crash there would leave the store), and
+    /// hands `check` each run's directory, the call's number and how many
+    /// calls there are.
+    func crashAtEveryCall(_ operation: StoreOperation, _ check: (_ directory: String, _ at: Int, _ count: Int) throws -> Void) throws {
+        let count = try run(operation, .none).calls.count
+        for at in 1...count {
+            try check(try run(operation, .failFrom(at: at, errno: EIO)).directory, at, count)
+        }
+    }
+
     /// Makes the store at `directory` the one later runs start from.
     func adopt(_ directory: String) throws {
         try FileManager.default.removeItem(atPath: template)
@@ -251,10 +262,9 @@ private func errorKind(_ error: any Error) -> String? {
         #expect(try reachable(halfMoved.directory) == ["/d/obj"])
         try bench.adopt(halfMoved.directory)
 
-        let again = try bench.run(move, .none).calls.count
-        for at in 1...again {
-            let run = try bench.run(move, .failFrom(at: at, errno: EIO))
-            #expect(try reachable(run.directory).count == 1, "crash at call \(at) of \(again)")
+        try bench.crashAtEveryCall(move) { directory, at, count in
+            let reached = try reachable(directory)
+            #expect(reached.count == 1, "crash at call \(at) of \(count): \(reached)")
         }
     }
 
@@ -277,13 +287,11 @@ private func errorKind(_ error: any Error) -> String? {
         #expect(try reachable(legacy.directory) == ["/e/d/obj"])
         try bench.adopt(legacy.directory)
 
-        let again = try bench.run(back, .none).calls.count
-        for at in 1...again {
-            let run = try bench.run(back, .failFrom(at: at, errno: EIO))
-            #expect(try reachable(run.directory).count == 1, "crash at call \(at) of \(again)")
+        try bench.crashAtEveryCall(back) { directory, at, count in
+            #expect(try reachable(directory).count == 1, "crash at call \(at) of \(count)")
             // The next change settles what the cut-off move left.
-            try Store(path: run.directory, keys: bench.device, options: StoreBench.options()).makeDirectory(StorePath("/z"))
-            #expect(try reachable(run.directory).count == 1, "crash at call \(at) of \(again), then settled")
+            try Store(path: directory, keys: bench.device, options: StoreBench.options()).makeDirectory(StorePath("/z"))
+            #expect(try reachable(directory).count == 1, "crash at call \(at) of \(count), then settled")
         }
     }
 
