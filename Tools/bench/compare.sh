@@ -222,6 +222,32 @@ if command -v swiftc >/dev/null && swiftc -O -static-stdlib "$work/floor.swift" 
   put_kv rss_swift "$(rss_of "$work/floor")"
 fi
 rm -f "$work/floor.swift" "$work/floor"
+# And the least a Swift program that encrypts through libcrypto takes: the
+# runtime linked in as above, no Foundation, and one AES-256-GCM seal of a
+# 64 KiB block under a random key (libcrypto loaded, its provider set up, a
+# cipher fetched). Locker runs two such processes, the CLI and the agent, so
+# twice this is a floor under their sum that no change to Locker's code
+# moves.
+cat > "$work/floor.swift" <<'SWIFT'
+import COpenSSL
+var key = [UInt8](repeating: 0, count: 32), nonce = [UInt8](repeating: 0, count: 12)
+guard RAND_bytes(&key, 32) == 1, RAND_bytes(&nonce, 12) == 1 else { fatalError("RAND_bytes") }
+let input = [UInt8](repeating: 7, count: 65536)
+var output = [UInt8](repeating: 0, count: 65536), tag = [UInt8](repeating: 0, count: 16)
+let ctx = EVP_CIPHER_CTX_new(), cipher = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
+var n: Int32 = 0
+guard EVP_EncryptInit_ex2(ctx, cipher, key, nonce, nil) == 1,
+      EVP_EncryptUpdate(ctx, &output, &n, input, Int32(input.count)) == 1,
+      EVP_EncryptFinal_ex(ctx, &output, &n) == 1,
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, &tag) == 1 else { fatalError("seal") }
+OPENSSL_cleanse(&key, 32)
+print(tag[0] &+ output[0])
+SWIFT
+if command -v swiftc >/dev/null \
+  && swiftc -O -static-stdlib -I "$repo/Sources/COpenSSL" "$work/floor.swift" -o "$work/floor" >/dev/null 2>&1; then
+  put_kv rss_swift_crypto "$(rss_of "$work/floor")"
+fi
+rm -f "$work/floor.swift" "$work/floor"
 
 # ---------------------------------------------------------------- tools
 pw="benchmark-passphrase"
