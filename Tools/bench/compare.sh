@@ -212,8 +212,8 @@ rm -f "$work/dd.test"
 # The least memory a process takes here: a C program that does nothing
 # (`true`), and a Swift program that prints one line, built here by the
 # `swiftc` on PATH with the Swift runtime and Foundation linked in, as
-# Tools/build-release.sh links Locker. No tool written in Swift gets below
-# the second.
+# Tools/build-release.sh links Locker. No tool written in Swift that links
+# Foundation gets below the second.
 med() { python3 "$py" median "$@"; }
 rss_of() { local r=() k; for k in 1 2 3 4 5; do r+=("$(/usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1)"); done; med "${r[@]}"; }
 put_kv rss_c "$(rss_of true)"
