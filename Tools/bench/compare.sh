@@ -216,19 +216,27 @@ rm -f "$work/dd.test"
 # Foundation gets below the second.
 med() { python3 "$py" median "$@"; }
 rss_of() { local r=() k; for k in 1 2 3 4 5; do r+=("$(/usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1)"); done; med "${r[@]}"; }
+# rss_of_swift KEY [SWIFTC OPTION...]: builds the Swift program on stdin as
+# Tools/build-release.sh links Locker (`-static-stdlib`) and records its
+# peak RSS under KEY; nothing where there is no `swiftc` or it fails.
+rss_of_swift() {
+  local key=$1
+  shift
+  cat > "$work/floor.swift"
+  if command -v swiftc >/dev/null && swiftc -O -static-stdlib "$@" "$work/floor.swift" -o "$work/floor" >/dev/null 2>&1; then
+    put_kv "$key" "$(rss_of "$work/floor")"
+  fi
+  rm -f "$work/floor.swift" "$work/floor"
+}
 put_kv rss_c "$(rss_of true)"
-printf 'import Foundation\nprint(ProcessInfo.processInfo.arguments.count)\n' > "$work/floor.swift"
-if command -v swiftc >/dev/null && swiftc -O -static-stdlib "$work/floor.swift" -o "$work/floor" >/dev/null 2>&1; then
-  put_kv rss_swift "$(rss_of "$work/floor")"
-fi
-rm -f "$work/floor.swift" "$work/floor"
+printf 'import Foundation\nprint(ProcessInfo.processInfo.arguments.count)\n' | rss_of_swift rss_swift
 # And the least a Swift program that encrypts through libcrypto takes: the
 # runtime linked in as above, no Foundation, and one AES-256-GCM seal of a
 # 64 KiB block under a random key (libcrypto loaded, its provider set up, a
 # cipher fetched). Locker runs two such processes, the CLI and the agent, so
 # twice this is a floor under their sum that no change to Locker's code
 # moves.
-cat > "$work/floor.swift" <<'SWIFT'
+rss_of_swift rss_swift_crypto -I "$repo/Sources/COpenSSL" <<'SWIFT'
 import COpenSSL
 var key = [UInt8](repeating: 0, count: 32), nonce = [UInt8](repeating: 0, count: 12)
 guard RAND_bytes(&key, 32) == 1, RAND_bytes(&nonce, 12) == 1 else { fatalError("RAND_bytes") }
@@ -243,11 +251,6 @@ guard EVP_EncryptInit_ex2(ctx, cipher, key, nonce, nil) == 1,
 OPENSSL_cleanse(&key, 32)
 print(tag[0] &+ output[0])
 SWIFT
-if command -v swiftc >/dev/null \
-  && swiftc -O -static-stdlib -I "$repo/Sources/COpenSSL" "$work/floor.swift" -o "$work/floor" >/dev/null 2>&1; then
-  put_kv rss_swift_crypto "$(rss_of "$work/floor")"
-fi
-rm -f "$work/floor.swift" "$work/floor"
 
 # ---------------------------------------------------------------- tools
 pw="benchmark-passphrase"
