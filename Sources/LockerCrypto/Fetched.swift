@@ -19,7 +19,7 @@ enum Fetched {
     }
 
     static let aes256GCM: Handle? = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil).map(Handle.init)
-    static let aes256Wrap: Handle? = EVP_CIPHER_fetch(nil, "AES-256-WRAP", nil).map(Handle.init)
+    static let aes256ECB: Handle? = EVP_CIPHER_fetch(nil, "AES-256-ECB", nil).map(Handle.init)
     static let aes256WrapPad: Handle? = EVP_CIPHER_fetch(nil, "AES-256-WRAP-PAD", nil).map(Handle.init)
     static let sha256: Handle? = EVP_MD_fetch(nil, "SHA2-256", nil).map(Handle.init)
     static let sha512: Handle? = EVP_MD_fetch(nil, "SHA2-512", nil).map(Handle.init)
