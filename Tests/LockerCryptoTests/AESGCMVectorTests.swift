@@ -81,6 +81,13 @@ struct AESGCMVectorTests {
             #expect(produced == sealed, "\(id): seal gave \(produced.hex), expected \(sealed.hex)")
             let opened = try AESGCM.open(sealed, key: key, nonce: nonce, authenticating: tc.aad.bytes)
             #expect(opened == tc.msg.bytes, "\(id): open gave \(opened.hex), expected \(tc.msg.bytes.hex)")
+            let cipher = try AESGCMCipher(key: key)
+            for split in splitPoints(tc.msg.count) {
+                let produced = try sealSplit(cipher, tc.msg.bytes, at: split, nonce: nonce, aad: tc.aad.bytes)
+                #expect(produced == sealed, "\(id): seal split at \(split) gave \(produced.hex), expected \(sealed.hex)")
+                let (head, body) = try openSplit(cipher, sealed, at: split, nonce: nonce, aad: tc.aad.bytes)
+                #expect(head + body == tc.msg.bytes, "\(id): open split at \(split) gave \((head + body).hex)")
+            }
             return .valid
         case .invalid:
             var plaintext: [UInt8]?
@@ -88,10 +95,63 @@ struct AESGCMVectorTests {
                 plaintext = try AESGCM.open(sealed, key: key, nonce: nonce, authenticating: tc.aad.bytes)
             }
             #expect(plaintext == nil, "\(id): open returned plaintext for an invalid case")
+            if sealed.count >= AESGCM.tagByteCount {
+                let cipher = try AESGCMCipher(key: key)
+                for split in splitPoints(sealed.count - AESGCM.tagByteCount) {
+                    var head = [UInt8](repeating: 0xA5, count: split)
+                    var body = [UInt8](repeating: 0xA5, count: sealed.count - AESGCM.tagByteCount - split)
+                    #expect(throws: CryptoError.authenticationFailure, "\(id): open split at \(split) accepted it") {
+                        try openSplit(cipher, sealed, nonce: nonce, aad: tc.aad.bytes, head: &head, body: &body)
+                    }
+                    #expect((head + body).allSatisfy { $0 == 0 }, "\(id): unverified plaintext survived a split open")
+                }
+            }
             return .invalid
         case .acceptable:
             Issue.record("\(id): aes_gcm_test.json has no acceptable cases; this one needs a deliberate decision")
             return .acceptable
+        }
+    }
+
+    /// Where to cut a message of `count` bytes for the two-part seal and
+    /// open: the ends, inside and at the first AES block, and the middle.
+    static func splitPoints(_ count: Int) -> [Int] {
+        Array(Set([0, 1, 15, 16, 17, count / 2, count - 1, count].filter { $0 >= 0 && $0 <= count })).sorted()
+    }
+
+    static func sealSplit(_ cipher: AESGCMCipher, _ message: [UInt8], at split: Int, nonce: AESGCM.Nonce,
+                          aad: [UInt8]) throws -> [UInt8] {
+        let head = Array(message[..<split])
+        let body = Array(message[split...])
+        var out = [UInt8](repeating: 0, count: message.count + AESGCM.tagByteCount)
+        try head.withUnsafeBytes { h in
+            try body.withUnsafeBytes { b in
+                try aad.withUnsafeBytes { a in
+                    try out.withUnsafeMutableBytes { try cipher.seal(head: h, body: b, nonce: nonce, authenticating: a, into: $0) }
+                }
+            }
+        }
+        return out
+    }
+
+    static func openSplit(_ cipher: AESGCMCipher, _ sealed: [UInt8], at split: Int, nonce: AESGCM.Nonce,
+                          aad: [UInt8]) throws -> ([UInt8], [UInt8]) {
+        var head = [UInt8](repeating: 0, count: split)
+        var body = [UInt8](repeating: 0, count: sealed.count - AESGCM.tagByteCount - split)
+        try openSplit(cipher, sealed, nonce: nonce, aad: aad, head: &head, body: &body)
+        return (head, body)
+    }
+
+    static func openSplit(_ cipher: AESGCMCipher, _ sealed: [UInt8], nonce: AESGCM.Nonce, aad: [UInt8],
+                          head: inout [UInt8], body: inout [UInt8]) throws {
+        try sealed.withUnsafeBytes { s in
+            try aad.withUnsafeBytes { a in
+                try head.withUnsafeMutableBytes { h in
+                    try body.withUnsafeMutableBytes { b in
+                        try cipher.open(s, nonce: nonce, authenticating: a, head: h, body: b)
+                    }
+                }
+            }
         }
     }
 

@@ -528,6 +528,40 @@ struct ChunkStreamDamageTests {
         #expect(throws: FormatError.corruptCompressedData) { _ = try open(forge([1, 0xff, 0xff, 0xff]), plainLength: 1000) }
         #expect(throws: FormatError.corruptCompressedData) { _ = try open(forge([1]), plainLength: 1000) }
         #expect(throws: FormatError.corruptCompressedData) { _ = try open(forge([1]), plainLength: 0) }
+        // LZ4 as long as the chunk: no writer here makes it (a payload is
+        // compressed only when that makes it shorter), but it is authentic
+        // and decodes, so it opens. Built by hand: 100 literals, a match of
+        // 5 at offset 1, then 12 literals, 117 bytes for 117.
+        let literals = ObjectTestData.random.bytes(112)
+        let head = Array(literals[..<100])
+        let tail = Array(literals[100...])
+        let full: [UInt8] = head + [UInt8](repeating: literals[99], count: 5) + tail
+        var block: [UInt8] = [0xF1, 100 - 15]
+        block += head
+        block += [1, 0, 0xC0]
+        block += tail
+        #expect(block.count == full.count)
+        #expect(try LZ4Block.decompress(block, size: full.count) == full)
+        #expect(try open(forge([1] + block), plainLength: full.count) == full)
+        #expect(throws: CryptoError.authenticationFailure) {
+            _ = try open(flipped(try forge([1] + block), at: 50, bit: 2), plainLength: full.count)
+        }
+
+        // A raw record that fails opens into the caller's buffer (no copy
+        // through the record any more): what it wrote there is wiped.
+        let raw = try forge([0] + chunk)
+        for bad in [flipped(raw, at: 500, bit: 0), flipped(raw, at: 1016, bit: 7)] {
+            let opener = try ChunkOpener(chunkKey: chunkKey)
+            var record = bad
+            var plain = [UInt8](repeating: 0xA5, count: 1000)
+            #expect(throws: CryptoError.authenticationFailure) {
+                try record.withUnsafeMutableBytes { r in
+                    try plain.withUnsafeMutableBytes { try opener.open(r, index: 0, isFinal: true, into: $0) }
+                }
+            }
+            #expect(plain.allSatisfy { $0 == 0 }, "unverified plaintext left in the output")
+        }
+
         // A record longer than the chunk allows, or shorter than mode + tag.
         #expect(throws: CryptoError.authenticationFailure) { _ = try open(forge([0] + chunk), plainLength: 999) }
         #expect(throws: CryptoError.authenticationFailure) { _ = try open(forge([]), plainLength: 0) }

@@ -33,21 +33,34 @@ public final class AESGCMCipher {
         authenticating aad: UnsafeRawBufferPointer,
         into output: UnsafeMutableRawBufferPointer
     ) throws {
-        precondition(output.count >= plaintext.count + AESGCM.tagByteCount, "output too small for seal")
-        guard plaintext.count < Int(Int32.max), aad.count < Int(Int32.max) else { throw CryptoError.invalidInputSize }
+        try seal(head: plaintext, body: UnsafeRawBufferPointer(start: nil, count: 0), nonce: nonce,
+                 authenticating: aad, into: output)
+    }
+
+    /// Seals the plaintext `head || body` without first joining the two:
+    /// `output`, which must hold `head.count + body.count + 16` bytes, gets
+    /// the ciphertext of `head`, then that of `body`, then the tag, exactly
+    /// as ``seal(_:nonce:authenticating:into:)`` of the joined plaintext
+    /// would give. Each part may be sealed in place, at its own position in
+    /// `output`.
+    public func seal(
+        head: UnsafeRawBufferPointer,
+        body: UnsafeRawBufferPointer,
+        nonce: AESGCM.Nonce,
+        authenticating aad: UnsafeRawBufferPointer,
+        into output: UnsafeMutableRawBufferPointer
+    ) throws {
+        let length = head.count + body.count
+        precondition(output.count >= length + AESGCM.tagByteCount, "output too small for seal")
+        guard length < Int(Int32.max), aad.count < Int(Int32.max) else { throw CryptoError.invalidInputSize }
         try start(nonce: nonce, encrypting: true)
         try authenticate(aad)
-        var written: Int32 = 0
-        if plaintext.count > 0 {
-            guard EVP_CipherUpdate(context, output.baseAddress!.assumingMemoryBound(to: UInt8.self), &written,
-                                   plaintext.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(plaintext.count)) == 1
-            else { throw CryptoError.internalFailure }
-        }
+        let out = output.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        var written = try update(head, into: out)
+        written += try update(body, into: out + written)
         var tail: Int32 = 0
-        guard EVP_CipherFinal_ex(context, output.baseAddress!.assumingMemoryBound(to: UInt8.self) + Int(written), &tail) == 1
-        else { throw CryptoError.internalFailure }
-        let tag = output.baseAddress! + plaintext.count
-        guard EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_GET_TAG, Int32(AESGCM.tagByteCount), tag) == 1
+        guard EVP_CipherFinal_ex(context, out + written, &tail) == 1 else { throw CryptoError.internalFailure }
+        guard EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_GET_TAG, Int32(AESGCM.tagByteCount), out + length) == 1
         else { throw CryptoError.internalFailure }
     }
 
@@ -66,33 +79,63 @@ public final class AESGCMCipher {
         guard sealed.count >= AESGCM.tagByteCount else { throw CryptoError.authenticationFailure }
         let length = sealed.count - AESGCM.tagByteCount
         precondition(output.count >= length, "output too small for open")
+        try open(sealed, nonce: nonce, authenticating: aad, head: UnsafeMutableRawBufferPointer(rebasing: output[..<length]),
+                 body: UnsafeMutableRawBufferPointer(start: nil, count: 0))
+        return length
+    }
+
+    /// Opens `sealed` (ciphertext then 16-byte tag) as
+    /// ``open(_:nonce:authenticating:into:)`` does, but into two places:
+    /// the plaintext's first `head.count` bytes go to `head` and the rest
+    /// to `body`, which together must hold exactly `sealed.count - 16`
+    /// bytes. Each may be `sealed`'s own bytes at its position (in place).
+    ///
+    /// On an authentication failure both are zeroed and
+    /// ``CryptoError/authenticationFailure`` is thrown.
+    public func open(
+        _ sealed: UnsafeRawBufferPointer,
+        nonce: AESGCM.Nonce,
+        authenticating aad: UnsafeRawBufferPointer,
+        head: UnsafeMutableRawBufferPointer,
+        body: UnsafeMutableRawBufferPointer
+    ) throws {
+        guard sealed.count >= AESGCM.tagByteCount else { throw CryptoError.authenticationFailure }
+        let length = sealed.count - AESGCM.tagByteCount
+        precondition(head.count + body.count == length, "open's outputs do not match the ciphertext")
         guard sealed.count < Int(Int32.max), aad.count < Int(Int32.max) else { throw CryptoError.invalidInputSize }
         // Keep the tag aside first: with in-place decryption the output
         // overwrites the ciphertext but never the tag that follows it.
         var tag = [UInt8](UnsafeRawBufferPointer(rebasing: sealed[length...]))
         try start(nonce: nonce, encrypting: false)
         try authenticate(aad)
-        var written: Int32 = 0
-        if length > 0 {
-            guard EVP_CipherUpdate(context, output.baseAddress!.assumingMemoryBound(to: UInt8.self), &written,
-                                   sealed.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(length)) == 1
-            else { throw CryptoError.internalFailure }
-        }
+        _ = try update(UnsafeRawBufferPointer(rebasing: sealed[..<head.count]), into: head.baseAddress)
+        _ = try update(UnsafeRawBufferPointer(rebasing: sealed[head.count..<length]), into: body.baseAddress)
         let tagSet = tag.withUnsafeMutableBytes {
             EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_TAG, Int32(AESGCM.tagByteCount), $0.baseAddress)
         }
         guard tagSet == 1 else { throw CryptoError.internalFailure }
+        // GCM writes nothing at the end; the pointer only has to be valid.
         var tail: Int32 = 0
-        let scratch = output.baseAddress.map { $0.assumingMemoryBound(to: UInt8.self) + Int(written) }
         var sink: UInt8 = 0
-        let verified = withUnsafeMutablePointer(to: &sink) { fallback in
-            EVP_CipherFinal_ex(context, scratch ?? fallback, &tail) == 1
-        }
+        let verified = EVP_CipherFinal_ex(context, &sink, &tail) == 1
         guard verified else {
-            if length > 0 { output.baseAddress!.initializeMemory(as: UInt8.self, repeating: 0, count: length) }
+            for part in [head, body] where part.count > 0 {
+                part.baseAddress!.initializeMemory(as: UInt8.self, repeating: 0, count: part.count)
+            }
             throw CryptoError.authenticationFailure
         }
-        return length
+    }
+
+    /// Encrypts or decrypts `input` into `output`, continuing the message
+    /// under way, and returns the bytes written (GCM writes them all).
+    private func update(_ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawPointer?) throws -> Int {
+        guard input.count > 0 else { return 0 }
+        var written: Int32 = 0
+        guard EVP_CipherUpdate(context, output!.assumingMemoryBound(to: UInt8.self), &written,
+                               input.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(input.count)) == 1,
+              Int(written) == input.count
+        else { throw CryptoError.internalFailure }
+        return Int(written)
     }
 
     private func start(nonce: AESGCM.Nonce, encrypting: Bool) throws {

@@ -86,20 +86,23 @@ public final class ChunkSealer {
                      into record: UnsafeMutableRawBufferPointer) throws -> Int {
         precondition(record.count >= plaintext.count + ChunkLayout.recordOverhead, "record buffer too small")
         let payload = UnsafeMutableRawBufferPointer(rebasing: record[1..<(1 + max(0, plaintext.count - 1))])
+        let nonce = ChunkLayout.nonce(counter: index, flag: isFinal ? ChunkLayout.finalFlag : 0)
+        let noAAD = UnsafeRawBufferPointer(start: nil, count: 0)
         let payloadLength: Int
         if let compressed = LZ4Block.compress(plaintext, into: payload) {
             record[0] = 1
             payloadLength = compressed
+            try cipher.seal(UnsafeRawBufferPointer(rebasing: record[..<(1 + payloadLength)]), nonce: nonce,
+                            authenticating: noAAD, into: record)
         } else {
+            // Sealed straight from the chunk, not copied into the record
+            // first: for incompressible data that copy took more CPU than
+            // the AES did (docs/performance.md, after pass 20).
             record[0] = 0
-            if plaintext.count > 0 {
-                UnsafeMutableRawBufferPointer(rebasing: record[1..<(1 + plaintext.count)]).copyMemory(from: plaintext)
-            }
             payloadLength = plaintext.count
+            try cipher.seal(head: UnsafeRawBufferPointer(rebasing: record[..<1]), body: plaintext, nonce: nonce,
+                            authenticating: noAAD, into: record)
         }
-        let body = UnsafeRawBufferPointer(rebasing: record[..<(1 + payloadLength)])
-        try cipher.seal(body, nonce: ChunkLayout.nonce(counter: index, flag: isFinal ? ChunkLayout.finalFlag : 0),
-                        authenticating: UnsafeRawBufferPointer(start: nil, count: 0), into: record)
         return 1 + payloadLength + AESGCM.tagByteCount
     }
 
@@ -127,8 +130,11 @@ public final class ChunkOpener {
         cipher = try AESGCMCipher(key: chunkKey)
     }
 
-    /// Opens record `index` (decrypting in place in `record`) and writes
-    /// exactly `output.count` plaintext bytes to `output`.
+    /// Opens record `index` and writes exactly `output.count` plaintext
+    /// bytes to `output`. `record` is scratch: a compressed record is
+    /// decrypted in place there, a raw one straight into `output`. If the
+    /// record fails to authenticate, what was decrypted into either is
+    /// zeroed.
     ///
     /// Throws ``CryptoError/authenticationFailure`` if the record is not
     /// chunk `index` of this object with this finality, and
@@ -139,14 +145,35 @@ public final class ChunkOpener {
         guard record.count >= ChunkLayout.recordOverhead, record.count <= output.count + ChunkLayout.recordOverhead else {
             throw CryptoError.authenticationFailure
         }
-        let length = try cipher.open(UnsafeRawBufferPointer(record),
-                                     nonce: ChunkLayout.nonce(counter: index, flag: isFinal ? ChunkLayout.finalFlag : 0),
-                                     authenticating: UnsafeRawBufferPointer(start: nil, count: 0), into: record)
+        let nonce = ChunkLayout.nonce(counter: index, flag: isFinal ? ChunkLayout.finalFlag : 0)
+        let noAAD = UnsafeRawBufferPointer(start: nil, count: 0)
+        if record.count == output.count + ChunkLayout.recordOverhead {
+            // A payload as long as the chunk: stored as it is (the writer
+            // compresses only when that makes it shorter). Opened straight
+            // into `output` rather than in place and then copied; the
+            // length is the record's, not a byte of unverified plaintext.
+            try cipher.open(UnsafeRawBufferPointer(record), nonce: nonce, authenticating: noAAD,
+                            head: UnsafeMutableRawBufferPointer(rebasing: record[..<1]), body: output)
+            switch record[0] {
+            case 0:
+                return
+            case 1:
+                // Authentic, though no writer here makes it: LZ4 as long
+                // as the chunk. Decompressed from the record, where the
+                // payload is copied back.
+                let payload = UnsafeMutableRawBufferPointer(rebasing: record[1..<(1 + output.count)])
+                payload.copyMemory(from: UnsafeRawBufferPointer(output))
+                try LZ4Block.decompress(UnsafeRawBufferPointer(payload), into: output)
+                return
+            default:
+                throw FormatError.invalidField("chunk mode")
+            }
+        }
+        let length = try cipher.open(UnsafeRawBufferPointer(record), nonce: nonce, authenticating: noAAD, into: record)
         let payload = UnsafeRawBufferPointer(rebasing: record[1..<length])
         switch record[0] {
         case 0:
-            guard payload.count == output.count else { throw FormatError.invalidField("chunk length") }
-            if payload.count > 0 { output.copyMemory(from: payload) }
+            throw FormatError.invalidField("chunk length")
         case 1:
             try LZ4Block.decompress(payload, into: output)
         default:
