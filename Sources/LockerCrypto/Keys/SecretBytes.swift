@@ -21,7 +21,9 @@ internal import Glibc
 ///   let the pointer escape.
 ///
 /// Instances are immutable after initialization and safe to share between
-/// threads.
+/// threads. The one exception is internal to this module: scratch space
+/// that a function allocates, writes through ``withUnsafeMutableBytes(_:)``
+/// and never shares (the steps of a key wrap).
 public final class SecretBytes: @unchecked Sendable {
     private let storage: UnsafeMutableRawBufferPointer
     private let allocationSize: Int
@@ -147,6 +149,15 @@ public final class SecretBytes: @unchecked Sendable {
         _ body: (UnsafeRawBufferPointer) throws(E) -> R
     ) throws(E) -> R {
         try body(UnsafeRawBufferPointer(storage))
+    }
+
+    /// Calls `body` with the bytes, writable. Only for scratch space this
+    /// module allocated and holds alone: everywhere else an instance is
+    /// immutable, and may be shared between threads.
+    func withUnsafeMutableBytes<R, E: Error>(
+        _ body: (UnsafeMutableRawBufferPointer) throws(E) -> R
+    ) throws(E) -> R {
+        try body(storage)
     }
 }
 
