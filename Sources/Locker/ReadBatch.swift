@@ -77,7 +77,7 @@ extension Store {
     /// the disk, and each name and header is opened with AES-GCM).
     public func listForFetch(_ path: StorePath) throws -> FetchListing {
         let directory = try self.directory(at: path)
-        let names = try entryFileNames(of: directory)
+        let entries = try listedEntries(of: directory)
         enum Found {
             case directory(StorePath)
             case object(StorePath, ObjectHeader, fsPath: String)
@@ -94,8 +94,8 @@ extension Store {
         // Small objects' data comes with their headers; a listing keeps at
         // most this much of it, so a huge directory does not fill memory.
         var inlineBudget = Self.fetchInlineBudget
-        for start in stride(from: 0, to: names.count, by: window) {
-            let count = min(window, names.count - start)
+        for start in stride(from: 0, to: entries.count, by: window) {
+            let count = min(window, entries.count - start)
             // Each iteration writes only its own slot.
             let slots = Unchecked(found)
             // Four times the cores: a header not in the page cache is
@@ -104,11 +104,11 @@ extension Store {
             // cold cache, medians of 5: 1.56 s with twice the cores, 1.34 s
             // with four times, 1.41 s with eight times).
             try forEachObject(count, threadsPerWorker: 4) { i in
-                let fileName = names[start + i]
+                let listed = entries[start + i]
                 slots.value[i] = Result {
-                    let entry = try resolveEntry(fileName, in: directory)
+                    let entry = try resolveEntry(listed, in: directory)
                     guard let itemPath = entry.path else {
-                        throw StoreError.integrity(path: path.appending("?" + fileName).description, what: "name does not authenticate")
+                        throw StoreError.integrity(path: path.appending("?" + listed.name).description, what: "name does not authenticate")
                     }
                     if entry.isDirectory { return .directory(itemPath) }
                     return .object(itemPath, try readHeader(entry.fsPath, name: itemPath.name, in: directory, path: itemPath),

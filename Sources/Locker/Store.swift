@@ -1145,24 +1145,31 @@ public final class Store: @unchecked Sendable {
     func forEachEntry(of path: StorePath,
                       _ body: (StorePath?, _ fsPath: String, _ isDirectory: Bool, Directory) throws -> Void) throws {
         let directory = try self.directory(at: path)
-        for fileName in try entryFileNames(of: directory) {
-            let entry = try resolveEntry(fileName, in: directory)
+        for listed in try listedEntries(of: directory) {
+            let entry = try resolveEntry(listed, in: directory)
             try body(entry.path, entry.fsPath, entry.isDirectory, directory)
         }
     }
 
-    /// The file names of a directory's entries: its record and
-    /// temporaries left out.
-    func entryFileNames(of directory: Directory) throws -> [String] {
-        try fs.contentsOfDirectory(directory.fsPath).filter { $0 != ".dir" && !Self.isTemporary($0) }
+    /// The entries of a directory as listed: its record and temporaries
+    /// left out.
+    func listedEntries(of directory: Directory) throws -> [DirectoryEntry] {
+        try fs.entriesOfDirectory(directory.fsPath).filter { $0.name != ".dir" && !Self.isTemporary($0.name) }
     }
 
-    /// The entry stored as `fileName` in `directory`: its store path (nil
-    /// if its name does not authenticate), its file path, and whether it
-    /// is a directory.
-    func resolveEntry(_ fileName: String, in directory: Directory) throws -> (path: StorePath?, fsPath: String, isDirectory: Bool) {
+    /// The entry `listed` in `directory`: its store path (nil if its name
+    /// does not authenticate), its file path, and whether it is a
+    /// directory.
+    func resolveEntry(_ listed: DirectoryEntry, in directory: Directory) throws -> (path: StorePath?, fsPath: String, isDirectory: Bool) {
+        let fileName = listed.name
         let fsPath = directory.fsPath + "/" + fileName
-        let isDirectory = try kind(of: fsPath) == .directory
+        // The listing's word, where it gives one, saves an lstat per entry
+        // (a fetch of many small objects made three calls per object to
+        // the file system besides its reads). An entry replaced since by
+        // one of the other kind fails as the lstat's answer would, had it
+        // been replaced just after: a header read refuses a directory, and
+        // a directory is looked at again when it is resolved.
+        let isDirectory = try listed.isDirectory ?? (kind(of: fsPath) == .directory)
         let name = entryName(fileName, at: fsPath, isDirectory: isDirectory, in: directory)
         return (name.map { directory.storePath.appending($0) }, fsPath, isDirectory)
     }

@@ -56,11 +56,11 @@ public final class DataFile {
     /// (a large object's data file) is not in it. A file that is, or a
     /// kernel that cannot tell, is read through the page cache.
     public static func openForReading(_ path: String, fileSystem: FileSystem, large: Bool = false) throws -> DataFile {
-        let fd = try fileSystem.openRegularFileForReading(path)
+        let (fd, status) = try fileSystem.openRegularFile(path)
         var directFD: Int32?
-        if large, let cached = fileSystem.syscalls.cachedPages(fd), let size = try? fileSystem.fstat(fd, path: path).size {
+        if large, let cached = fileSystem.syscalls.cachedPages(fd) {
             let page = UInt64(FileSystem.pageSize)
-            let pages = (size + page - 1) / page
+            let pages = (status.size + page - 1) / page
             if cached <= pages / 8 { directFD = fileSystem.openForDirectReading(path, sameFileAs: fd) }
         }
         return DataFile(path: path, fileSystem: fileSystem, fd: fd, directFD: directFD)

@@ -20,13 +20,13 @@ public struct FileSystem: Sendable {
 
     /// Reads a whole file of at most `limit` bytes.
     public func readFile(_ path: String, limit: Int = 1 << 20) throws -> [UInt8] {
-        let fd = try openRegularFileForReading(path)
+        let (fd, status) = try openRegularFile(path)
         defer { close(fd) }
         // Sized by the file (one byte more, to see the end in the same
         // read), not the limit: headers are read with a 64 KiB limit and
         // are mostly a few hundred bytes. The file may still grow or
         // shrink while it is read; the limit holds either way.
-        let expected = Int(min(UInt64(limit), (try? fstat(fd, path: path).size) ?? 0))
+        let expected = Int(min(UInt64(limit), status.size))
         var out = [UInt8](repeating: 0, count: expected + 1)
         var count = 0
         while true {
@@ -141,9 +141,15 @@ public struct FileSystem: Sendable {
     /// Like every read here, listing leaves the directory's access time
     /// alone where the kernel allows (see ``openDirectoryForReading(_:)``).
     public func contentsOfDirectory(_ path: String) throws -> [String] {
+        try entriesOfDirectory(path).map(\.name)
+    }
+
+    /// The entries of a directory, without `.` and `..`, each with what
+    /// the listing says it is, as ``contentsOfDirectory(_:)`` lists them.
+    public func entriesOfDirectory(_ path: String) throws -> [DirectoryEntry] {
         let fd = try openDirectoryForReading(path)
         defer { close(fd) }
-        return try retrying("readdir", path) { syscalls.listDirectory(fd) }.filter { $0 != "." && $0 != ".." }
+        return try retrying("readdir", path) { syscalls.listDirectory(fd) }.filter { $0.name != "." && $0.name != ".." }
     }
 
     /// Whether something exists at `path`. Any failure to look counts as
@@ -278,8 +284,16 @@ public struct FileSystem: Sendable {
     /// the last component is not followed (ELOOP), and a FIFO planted
     /// where a header was is not waited on (the open does not block), nor
     /// is anything else read: both throw an error whose
-    /// ``IOError/isNotRegularFile`` is true.
+    /// ``IOError/isNotRegularFile`` is true. The descriptor is left
+    /// `O_NONBLOCK`, which changes nothing for a regular file.
     public func openRegularFileForReading(_ path: String) throws(IOError) -> Int32 {
+        try openRegularFile(path).fd
+    }
+
+    /// ``openRegularFileForReading(_:)``, with the status it looked at.
+    // O_NONBLOCK is not cleared: reads of a regular file never wait for a
+    // writer, and clearing it cost two fcntl calls per header read.
+    func openRegularFile(_ path: String) throws(IOError) -> (fd: Int32, status: FileStatus) {
         let fd = try openForReading(path, extraFlags: O_NONBLOCK | O_NOFOLLOW)
         let status: FileStatus
         do {
@@ -292,10 +306,7 @@ public struct FileSystem: Sendable {
             close(fd)
             throw IOError.notRegularFile(path)
         }
-        // Reads of a regular file never see O_NONBLOCK; cleared anyway,
-        // so the descriptor is what openForReading would give.
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
-        return fd
+        return (fd, status)
     }
 
     /// Opens `relative` for reading below the directory open as `root`

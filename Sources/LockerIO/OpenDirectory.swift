@@ -186,9 +186,9 @@ public final class OpenDirectory: @unchecked Sendable {
     /// cleanups of one tree at once (a command's own and a signal's) both
     /// make progress.
     public func removeContents() throws(IOError) {
-        let names = try fileSystem.retrying("readdir", path) { fileSystem.syscalls.listDirectory(fd) }
+        let entries = try fileSystem.retrying("readdir", path) { fileSystem.syscalls.listDirectory(fd) }
         var first: IOError?
-        for name in names where name != "." && name != ".." {
+        for name in entries.map(\.name) where name != "." && name != ".." {
             do {
                 try removeTree(name)
             } catch {

@@ -55,8 +55,8 @@ public struct Syscalls: Sendable {
     public var renameAtNoReplace: @Sendable (_ fromDirectory: Int32, _ from: String, _ toDirectory: Int32, _ to: String) -> Int32
     public var unlinkAt: @Sendable (_ directory: Int32, _ name: String, _ flags: Int32) -> Int32
     /// readdir(3) of the open directory `fd` from its start to its end:
-    /// the names, with `.` and `..`. `fd` stays open.
-    public var listDirectory: @Sendable (_ fd: Int32) -> [String]?
+    /// the entries, with `.` and `..`. `fd` stays open.
+    public var listDirectory: @Sendable (_ fd: Int32) -> [DirectoryEntry]?
 
     /// The kernel's calls.
     public static let system = Syscalls(
@@ -111,13 +111,15 @@ public struct Syscalls: Sendable {
                 return nil
             }
             rewinddir(dir)
-            var names: [String] = []
+            var names: [DirectoryEntry] = []
             while true {
                 errno = 0
                 guard let entry = readdir(dir) else { break }
-                names.append(withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                     String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-                })
+                }
+                let type = entry.pointee.d_type
+                names.append(DirectoryEntry(name: name, isDirectory: type == UInt8(DT_UNKNOWN) ? nil : type == UInt8(DT_DIR)))
             }
             // readdir's NULL is the end, or an error if it set errno.
             let error = errno
@@ -130,6 +132,20 @@ public struct Syscalls: Sendable {
 /// `flock(2)`; `Glibc.flock` also names the struct of `fcntl` locks.
 private func lockFile(_ fd: Int32, _ operation: Int32) -> Int32 {
     flock(fd, operation)
+}
+
+/// One entry of a directory listing.
+public struct DirectoryEntry: Sendable, Equatable {
+    public var name: String
+    /// What the listing says the entry is (`d_type`), as `lstat` would
+    /// say then; nil where the file system does not say. The entry may
+    /// have been replaced since: whoever opens it checks what it opened.
+    public var isDirectory: Bool?
+
+    public init(name: String, isDirectory: Bool?) {
+        self.name = name
+        self.isDirectory = isDirectory
+    }
 }
 
 /// What `lstat` and `fstat` report that Locker uses.

@@ -217,6 +217,22 @@ import Glibc
 
     /// A listing interrupted after it has read the directory starts over
     /// from its first entry: the names come back whole, once each.
+    /// A listing says what each entry is as lstat would: a link to a
+    /// directory is not a directory.
+    @Test func aListingSaysWhichEntriesAreDirectories() throws {
+        let root = NSTemporaryDirectory() + "lkfs-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: root + "/sub", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        try FileSystem().writeNewFile(root + "/file", [1])
+        try #require(symlink(root + "/sub", root + "/link") == 0)
+        let entries = try FileSystem().entriesOfDirectory(root).sorted { $0.name < $1.name }
+        #expect(entries.map(\.name) == ["file", "link", "sub"])
+        // ext4 and tmpfs give every entry's type; a file system that does
+        // not gives nil, which the store answers with an lstat.
+        #expect(entries.map(\.isDirectory) == [false, false, true])
+        #expect(try FileSystem().contentsOfDirectory(root).sorted() == ["file", "link", "sub"])
+    }
+
     @Test func anInterruptedListingStartsOver() throws {
         let root = NSTemporaryDirectory() + "lkfs-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)

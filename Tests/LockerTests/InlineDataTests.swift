@@ -3,6 +3,8 @@ import Locker
 import LockerCrypto
 import LockerDevice
 import LockerFormat
+import LockerIO
+import Synchronization
 import Testing
 
 /// Small objects keep their data in their header file (docs/format.md,
@@ -135,6 +137,53 @@ import Testing
             let i = Int(read.path.name.dropFirst())!
             #expect(out == bytes(50_000, seed: UInt8(i % 251)), "\(read.path)")
         }
+    }
+
+    /// Where a listing does not say which entries are directories (a file
+    /// system without `d_type`), the store looks at each entry instead,
+    /// and lists and fetches the same tree; where it does say, the fetch
+    /// of a directory does not look at each entry again.
+    @Test func listingsWithAndWithoutEntryTypesAgree() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
+                                           options: .init(passcodeCost: .fixed(logN: 10)))
+        try Store(path: root + "/s", keys: device).putBatch((0..<20).map { i in
+            PutBatchItem(path: try! StorePath(i % 4 == 0 ? "/t/sub\(i)/f\(i)" : "/t/f\(i)"), protection: ProtectionClass.none,
+                         source: Self.source(self.bytes(100 + i, seed: UInt8(i))))
+        })
+        let lstats = Mutex(0)
+        func store(typed: Bool) throws -> Store {
+            var syscalls = Syscalls.system
+            let list = syscalls.listDirectory, lstat = syscalls.lstat
+            if !typed {
+                syscalls.listDirectory = { fd in list(fd)?.map { DirectoryEntry(name: $0.name, isDirectory: nil) } }
+            }
+            syscalls.lstat = { path in
+                lstats.withLock { $0 += 1 }
+                return lstat(path)
+            }
+            return try Store(path: root + "/s", keys: device, options: .init(fileSystem: FileSystem(syscalls: syscalls)))
+        }
+        func fetched(_ store: Store) throws -> (listed: [String], fetched: [String: [UInt8]], lstats: Int) {
+            lstats.withLock { $0 = 0 }
+            let listed = try store.list(StorePath("/t")).map(\.path.description)
+            let listing = try store.listForFetch(StorePath("/t"))
+            var out: [String: [UInt8]] = [:]
+            for read in try store.prepareReads(listing.objects) {
+                try store.read(read) { out[read.path.description, default: []].append(contentsOf: $0) }
+            }
+            return (listed + listing.directories.map(\.description), out, lstats.withLock { $0 })
+        }
+        let typed = try fetched(store(typed: true))
+        let untyped = try fetched(store(typed: false))
+        #expect(typed.listed == untyped.listed)
+        #expect(typed.listed.count == 25)
+        #expect(typed.fetched == untyped.fetched)
+        #expect(typed.fetched.count == 15)
+        #expect(typed.fetched["/t/f1"] == bytes(101, seed: 1))
+        // 20 entries listed twice (list, then the fetch's listing): each
+        // looked at by lstat when the listing does not say what it is.
+        #expect(untyped.lstats - typed.lstats == 40)
     }
 
     static func source(_ data: [UInt8]) -> (UnsafeMutableRawBufferPointer) throws -> Int {
