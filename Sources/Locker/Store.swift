@@ -1163,13 +1163,14 @@ public final class Store: @unchecked Sendable {
     func resolveEntry(_ listed: DirectoryEntry, in directory: Directory) throws -> (path: StorePath?, fsPath: String, isDirectory: Bool) {
         let fileName = listed.name
         let fsPath = directory.fsPath + "/" + fileName
-        // The listing's word, where it gives one, saves an lstat per entry
-        // (a fetch of many small objects made three calls per object to
-        // the file system besides its reads). An entry replaced since by
-        // one of the other kind fails as the lstat's answer would, had it
-        // been replaced just after: a header read refuses a directory, and
-        // a directory is looked at again when it is resolved.
-        let isDirectory = try listed.isDirectory ?? (kind(of: fsPath) == .directory)
+        // An entry the listing says is not a directory is taken as an
+        // object without an lstat (a fetch of many small objects made
+        // three calls per object to the file system besides its reads):
+        // its header read refuses anything but a regular file, so an entry
+        // that is a directory after all (replaced since, or its type
+        // altered on disk) is damage. What the listing says is a
+        // directory, or does not say, is looked at.
+        let isDirectory = try listed.isDirectory == false ? false : kind(of: fsPath) == .directory
         let name = entryName(fileName, at: fsPath, isDirectory: isDirectory, in: directory)
         return (name.map { directory.storePath.appending($0) }, fsPath, isDirectory)
     }

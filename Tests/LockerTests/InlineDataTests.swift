@@ -142,7 +142,9 @@ import Testing
     /// Where a listing does not say which entries are directories (a file
     /// system without `d_type`), the store looks at each entry instead,
     /// and lists and fetches the same tree; where it does say, the fetch
-    /// of a directory does not look at each entry again.
+    /// of a directory does not look at each object again. A listing that
+    /// says wrongly (types altered on disk) shows damage or the truth,
+    /// never another entry.
     @Test func listingsWithAndWithoutEntryTypesAgree() throws {
         defer { try? FileManager.default.removeItem(atPath: root) }
         let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
@@ -152,11 +154,14 @@ import Testing
                          source: Self.source(self.bytes(100 + i, seed: UInt8(i))))
         })
         let lstats = Mutex(0)
-        func store(typed: Bool) throws -> Store {
+        /// nil: the listing as the kernel gives it.
+        func store(typed: Bool?) throws -> Store {
             var syscalls = Syscalls.system
             let list = syscalls.listDirectory, lstat = syscalls.lstat
-            if !typed {
-                syscalls.listDirectory = { fd in list(fd)?.map { DirectoryEntry(name: $0.name, isDirectory: nil) } }
+            if typed != true {
+                // Untyped, or every entry said to be a directory.
+                let said: Bool? = typed == nil ? nil : true
+                syscalls.listDirectory = { fd in list(fd)?.map { DirectoryEntry(name: $0.name, isDirectory: said) } }
             }
             syscalls.lstat = { path in
                 lstats.withLock { $0 += 1 }
@@ -175,15 +180,30 @@ import Testing
             return (listed + listing.directories.map(\.description), out, lstats.withLock { $0 })
         }
         let typed = try fetched(store(typed: true))
-        let untyped = try fetched(store(typed: false))
+        let untyped = try fetched(store(typed: nil))
+        let allDirectories = try fetched(store(typed: false))
         #expect(typed.listed == untyped.listed)
+        #expect(typed.listed == allDirectories.listed)
         #expect(typed.listed.count == 25)
         #expect(typed.fetched == untyped.fetched)
+        #expect(typed.fetched == allDirectories.fetched)
         #expect(typed.fetched.count == 15)
         #expect(typed.fetched["/t/f1"] == bytes(101, seed: 1))
-        // 20 entries listed twice (list, then the fetch's listing): each
-        // looked at by lstat when the listing does not say what it is.
-        #expect(untyped.lstats - typed.lstats == 40)
+        // 15 objects listed twice (list, then the fetch's listing): each
+        // looked at by lstat when the listing does not say it is a file.
+        #expect(untyped.lstats - typed.lstats == 30)
+        #expect(allDirectories.lstats == untyped.lstats)
+
+        // Every entry said to be a file: the five directories are damage.
+        var syscalls = Syscalls.system
+        let list = syscalls.listDirectory
+        syscalls.listDirectory = { fd in list(fd)?.map { DirectoryEntry(name: $0.name, isDirectory: false) } }
+        let lying = try Store(path: root + "/s", keys: device, options: .init(fileSystem: FileSystem(syscalls: syscalls)))
+        let listing = try lying.listForFetch(StorePath("/t"))
+        #expect(listing.objects.count == 15)
+        #expect(listing.directories.isEmpty)
+        #expect(listing.damaged.count == 5)
+        #expect(listing.damaged.allSatisfy { $0.isIntegrity })
     }
 
     static func source(_ data: [UInt8]) -> (UnsafeMutableRawBufferPointer) throws -> Int {
