@@ -188,9 +188,9 @@ public final class OpenDirectory: @unchecked Sendable {
     public func removeContents() throws(IOError) {
         let entries = try fileSystem.retrying("readdir", path) { fileSystem.syscalls.listDirectory(fd) }
         var first: IOError?
-        for name in entries.map(\.name) where name != "." && name != ".." {
+        for entry in entries where entry.name != "." && entry.name != ".." {
             do {
-                try removeTree(name)
+                try removeTree(entry.name)
             } catch {
                 first = first ?? error
             }

@@ -111,7 +111,7 @@ public struct Syscalls: Sendable {
                 return nil
             }
             rewinddir(dir)
-            var names: [DirectoryEntry] = []
+            var entries: [DirectoryEntry] = []
             while true {
                 errno = 0
                 guard let entry = readdir(dir) else { break }
@@ -119,13 +119,13 @@ public struct Syscalls: Sendable {
                     String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
                 }
                 let type = entry.pointee.d_type
-                names.append(DirectoryEntry(name: name, isDirectory: type == UInt8(DT_UNKNOWN) ? nil : type == UInt8(DT_DIR)))
+                entries.append(DirectoryEntry(name: name, isDirectory: type == UInt8(DT_UNKNOWN) ? nil : type == UInt8(DT_DIR)))
             }
             // readdir's NULL is the end, or an error if it set errno.
             let error = errno
             closedir(dir)
             errno = error
-            return error == 0 ? names : nil
+            return error == 0 ? entries : nil
         })
 }
 

@@ -103,14 +103,16 @@ public final class AESGCMCipher {
         let length = sealed.count - AESGCM.tagByteCount
         precondition(head.count + body.count == length, "open's outputs do not match the ciphertext")
         guard sealed.count < Int(Int32.max), aad.count < Int(Int32.max) else { throw CryptoError.invalidInputSize }
-        // Keep the tag aside first: with in-place decryption the output
-        // overwrites the ciphertext but never the tag that follows it.
-        var tag = [UInt8](UnsafeRawBufferPointer(rebasing: sealed[length...]))
+        // The tag is copied first, to the stack (no allocation per call):
+        // the control call takes a writable pointer, and `sealed` is the
+        // caller's, possibly overwritten in place up to the tag.
+        var tag: (UInt64, UInt64) = (0, 0)
+        withUnsafeMutableBytes(of: &tag) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: sealed[length...])) }
         try start(nonce: nonce, encrypting: false)
         try authenticate(aad)
         _ = try update(UnsafeRawBufferPointer(rebasing: sealed[..<head.count]), into: head.baseAddress)
         _ = try update(UnsafeRawBufferPointer(rebasing: sealed[head.count..<length]), into: body.baseAddress)
-        let tagSet = tag.withUnsafeMutableBytes {
+        let tagSet = withUnsafeMutableBytes(of: &tag) {
             EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_TAG, Int32(AESGCM.tagByteCount), $0.baseAddress)
         }
         guard tagSet == 1 else { throw CryptoError.internalFailure }
