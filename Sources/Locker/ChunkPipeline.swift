@@ -33,11 +33,12 @@ private func withErrorSlots(_ count: Int, _ body: (UnsafeMutableBufferPointer<(a
     if let error = errors.lazy.compactMap({ $0 }).first { throw error }
 }
 
-/// Runs `body` for 0..<count on `width` threads (the caller's among them)
-/// and rethrows the first error. For work that waits on the disk or in the
-/// kernel as much as it computes (small objects: a file opened, read or
-/// created for each), where one thread per core leaves cores idle.
-func parallelFor(_ count: Int, width: Int, _ body: (Int) throws -> Void) throws {
+/// Runs `body` for 0..<count on up to `width` threads (the caller's
+/// among them, the others from `pool`) and rethrows the first error. For
+/// work that waits on the disk or in the kernel as much as it computes
+/// (small objects: a file opened, read or created for each), where one
+/// thread per core leaves cores idle.
+func parallelFor(_ count: Int, width: Int, pool: WorkerPool = .shared, _ body: (Int) throws -> Void) throws {
     let width = min(width, count)
     if width <= 1 {
         for i in 0..<count { try body(i) }
@@ -46,28 +47,18 @@ func parallelFor(_ count: Int, width: Int, _ body: (Int) throws -> Void) throws 
     let next = IndexCounter()
     try withErrorSlots(count) { errors in
         // As in parallelFor(_:_:): each index writes only its own slot, and
-        // every thread is done with `body` before this returns. A thread may
-        // release its closure later, so the threads hold `body` through a
-        // box that is emptied before `body` stops being valid.
+        // every thread is done with `body` before this returns. A pool
+        // thread may release its closure later, so the threads hold `body`
+        // through a box that is emptied before `body` stops being valid.
         withoutActuallyEscaping(body) { escapable in
             let box = Unchecked(BodyBox(escapable))
             let slots = Unchecked(errors)
-            let done = DispatchGroup()
-            @Sendable func work() {
+            pool.run(helpers: width - 1) {
                 guard let run = box.value.run else { return }
                 while let i = next.take(below: count) {
                     do { try run(i) } catch { slots.value[i] = error }
                 }
             }
-            for _ in 1..<width {
-                done.enter()
-                Thread {
-                    work()
-                    done.leave()
-                }.start()
-            }
-            work()
-            done.wait()
             box.value.run = nil
         }
     }
