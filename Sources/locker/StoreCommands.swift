@@ -551,7 +551,17 @@ private func readLocalDirectory(_ local: String, in tree: LocalTree, unnamed: (S
     }
     // closedir closes `fd` too.
     defer { closedir(stream) }
-    while let entry = readdir(stream) {
+    while true {
+        // readdir's NULL is the end, or an error if it set errno; `body`
+        // may have left errno set, so it is cleared before each call.
+        errno = 0
+        guard let entry = readdir(stream) else {
+            let error = errno
+            guard error == 0 else {
+                throw CommandFailure(.failure, "cannot read \(local): \(String(cString: strerror(error)))")
+            }
+            return
+        }
         let bytes = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix { $0 != 0 }) }
         guard let name = String(validating: bytes, as: UTF8.self) else {
             unnamed(escapedBytes(bytes))
