@@ -765,8 +765,10 @@ public final class Store: @unchecked Sendable {
     /// Moves an object or a directory. The object keeps its class and
     /// where it came from; fscrypt would refuse such a move, Locker keeps
     /// the class. The destination must not exist, unless it is a directory,
-    /// into which the source then moves under its own name.
-    public func move(_ source: StorePath, to destination: StorePath) throws {
+    /// into which the source then moves under its own name. Returns the
+    /// path the source is at now.
+    @discardableResult
+    public func move(_ source: StorePath, to destination: StorePath) throws -> StorePath {
         guard !source.isRoot else { throw StoreError.invalidPath("the root cannot be moved") }
         var target = destination
         let destinationParent: Directory
@@ -863,6 +865,7 @@ public final class Store: @unchecked Sendable {
             }
             try fs.remove(intentPath, syncDirectory: false)
         }
+        return target
     }
 
     /// Stores an object from `source`, which fills the buffer it is given

@@ -205,11 +205,16 @@ struct Reboot: ParsableCommand {
         abstract: "Restart the device: every key in memory is wiped; it comes back before first unlock.")
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: JSONOption
 
     func run() throws {
         let client = try global.client()
         try client.reboot()
-        print("Rebooted. Every key in memory was wiped.")
+        if output.json {
+            try printJSON(StatusReport(try client.status(), devicePath: global.devicePath, storePath: global.storePath))
+        } else {
+            print("Rebooted. Every key in memory was wiped.")
+        }
     }
 }
 
@@ -329,6 +334,8 @@ struct Passwd: ParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var noPasscodeArguments: NoPasscodeArguments
 
+    @OptionGroup var output: JSONOption
+
     @Flag(help: "Read the passcodes as lines from standard input, even from a terminal.")
     var passcodeStdin = false
 
@@ -341,7 +348,11 @@ struct Passwd: ParsableCommand {
         let old = first ? SecretBytes(copying: []) : try input.read(prompt: "Current passcode: ")
         let new = try input.read(prompt: "New passcode: ", confirm: true)
         try client.changePasscode(old: old, new: new)
-        print(first ? "Passcode set; locking now protects classes A, B and C." : "Passcode changed.")
+        if output.json {
+            try printJSON(StatusReport(try client.status(), devicePath: global.devicePath, storePath: global.storePath))
+        } else {
+            print(first ? "Passcode set; locking now protects classes A, B and C." : "Passcode changed.")
+        }
     }
 }
 
@@ -352,6 +363,8 @@ struct Reset: ParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var noPasscodeArguments: NoPasscodeArguments
+
+    @OptionGroup var output: JSONOption
 
     @Flag(help: "Confirm that every class A, B and C object stored so far becomes unreadable.")
     var yes = false
@@ -372,7 +385,11 @@ struct Reset: ParsableCommand {
         let passcode = try PasscodeInput(fromStandardInput: passcodeStdin).read(prompt: "New passcode: ", confirm: true)
         try client.reset(newPasscode: passcode)
         let status = try client.status()
-        print("Reset: class keys are now generation \(status.keyGeneration). Older class A, B and C objects are unreadable.")
+        if output.json {
+            try printJSON(StatusReport(status, devicePath: global.devicePath, storePath: global.storePath))
+        } else {
+            print("Reset: class keys are now generation \(status.keyGeneration). Older class A, B and C objects are unreadable.")
+        }
     }
 }
 
@@ -391,6 +408,8 @@ struct Wipe: ParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
+    @OptionGroup var output: JSONOption
+
     @Flag(help: "Confirm that every object on this device becomes unreadable.")
     var yes = false
 
@@ -403,6 +422,10 @@ struct Wipe: ParsableCommand {
     func run() throws {
         let client = try global.client()
         try client.wipe()
+        if output.json {
+            try printJSON(StatusReport(try client.status(), devicePath: global.devicePath, storePath: global.storePath))
+            return
+        }
         print("Wiped. Nothing stored under this device can be decrypted again.")
         if Init.holdsObjects(store: global.storePath) {
             print("The store \(global.storePath) can only be deleted now ('rm -r \(global.storePath)'); 'locker init' makes a new device and refuses to reuse it.")

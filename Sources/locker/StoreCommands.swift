@@ -1722,12 +1722,16 @@ struct Remove: ParsableCommand {
     @Argument(help: "The path to remove.")
     var path: String
 
+    @OptionGroup var output: JSONOption
+
     @Flag(name: [.customShort("r"), .customLong("recursive")], help: "Remove a directory and everything below it.")
     var r = false
 
     func run() throws {
         let store = try global.openStore()
-        try store.remove(try storePath(path, in: store), recursive: r)
+        let target = try storePath(path, in: store)
+        try store.remove(target, recursive: r)
+        if output.json { try printJSON(["removed": target.description]) }
     }
 }
 
@@ -1743,6 +1747,8 @@ struct Move: ParsableCommand {
     @Argument(help: "The destination: a new path, or an existing directory to move into.")
     var destination: String
 
+    @OptionGroup var output: JSONOption
+
     func run() throws {
         let store = try global.openStore()
         let to = try storePath(destination)
@@ -1755,7 +1761,8 @@ struct Move: ParsableCommand {
             case .damaged(let why): throw StoreError.integrity(path: to.description, what: why)
             }
         }
-        try store.move(try storePath(source, in: store), to: to)
+        let moved = try store.move(try storePath(source, in: store), to: to)
+        if output.json { try printJSON(ItemReport(try store.stat(moved))) }
     }
 }
 
@@ -1768,10 +1775,16 @@ struct Open: ParsableCommand {
     @Argument(help: "The object to open.")
     var path: String
 
+    @OptionGroup var output: JSONOption
+
     func run() throws {
         let store = try global.openStore()
         let info = try objectsOnly { try store.open(try storePath(path, in: store)) }
-        print("Opened \(shown(info.path.description)) (\(info.protectionClass.canonicalName)).")
+        if output.json {
+            try printJSON(ItemReport(try store.stat(info.path)))
+        } else {
+            print("Opened \(shown(info.path.description)) (\(info.protectionClass.canonicalName)).")
+        }
     }
 }
 
@@ -1783,9 +1796,13 @@ struct Close: ParsableCommand {
     @Argument(help: "The object to close.")
     var path: String
 
+    @OptionGroup var output: JSONOption
+
     func run() throws {
         let store = try global.openStore()
-        try objectsOnly { try store.close(try storePath(path, in: store)) }
+        let target = try storePath(path, in: store)
+        try objectsOnly { try store.close(target) }
+        if output.json { try printJSON(ItemReport(try store.stat(target))) }
     }
 }
 

@@ -619,6 +619,56 @@ struct StoreCLITests {
         }
     }
 
+    /// `open`, `close`, `mv` and `rm` with `--json` print one document:
+    /// the item as `stat --json` shows it afterwards, or what was removed;
+    /// `reboot`, `passwd`, `reset` and `wipe` print the device's status
+    /// afterwards, as `status --json` does.
+    @Test func changingCommandsPrintJSON() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/a", Data("alpha".utf8), ["--class", "B"])
+            try f.ok(["mkdir", "/dir"])
+            func document(_ arguments: [String], stdin: String? = nil) throws -> [String: Any] {
+                let r = try f.ok(arguments, stdin: stdin)
+                return try #require(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any], "\(r)")
+            }
+            func status(_ arguments: [String], stdin: String? = nil) throws -> StatusJSON {
+                try JSONDecoder().decode(StatusJSON.self, from: Data(try f.ok(arguments, stdin: stdin).stdout.utf8))
+            }
+
+            let opened = try document(["open", "--json", "/a"])
+            #expect(opened["path"] as? String == "/a" && opened["type"] as? String == "object", "\(opened)")
+            #expect(opened["protection"] as? String == "completeUnlessOpen", "\(opened)")
+            let open = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
+            #expect(open.openObjects.count == 1)
+            let closed = try document(["close", "--json", "/a"])
+            #expect(closed["path"] as? String == "/a" && closed["size"] as? Int == 5, "\(closed)")
+            let none = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
+            #expect(none.openObjects.isEmpty)
+
+            // Into an existing directory: the path it is at now.
+            let moved = try document(["mv", "--json", "/a", "/dir"])
+            #expect(moved["path"] as? String == "/dir/a" && moved["protection"] as? String == "completeUnlessOpen", "\(moved)")
+            let renamed = try document(["mv", "--json", "/dir", "/folder"])
+            #expect(renamed["path"] as? String == "/folder" && renamed["type"] as? String == "directory", "\(renamed)")
+            let removed = try document(["rm", "--json", "/folder/a"])
+            #expect(removed as? [String: String] == ["removed": "/folder/a"], "\(removed)")
+            #expect(try f.raw(["stat", "/folder/a"]).status == 66)
+            let removedTree = try document(["rm", "-r", "--json", "/folder"])
+            #expect(removedTree as? [String: String] == ["removed": "/folder"], "\(removedTree)")
+
+            let rebooted = try status(["reboot", "--json"])
+            #expect(rebooted.state == "beforeFirstUnlock" && rebooted.readableClasses == ["none"], "\(rebooted)")
+            #expect(try status(["unlock", "--passcode-stdin", "--json"], stdin: "1234\n").state == "unlocked")
+            let changed = try status(["passwd", "--json"], stdin: "1234\n5678\n")
+            #expect(changed.state == "unlocked" && changed.passcodeSet && changed.keyGeneration == 1, "\(changed)")
+            let reset = try status(["reset", "--yes", "--json"], stdin: "9999\n")
+            #expect(reset.keyGeneration == 2, "\(reset)")
+            let wiped = try status(["wipe", "--yes", "--json"])
+            #expect(wiped.state == "wiped" && wiped.readableClasses.isEmpty, "\(wiped)")
+        }
+    }
+
     /// A trailing "/" means a directory, as it does to rm(1): an object
     /// named that way is an error, and `rm /k/D/` leaves the object alone.
     @Test func aTrailingSlashNeverNamesAnObject() throws {
