@@ -143,6 +143,14 @@ fi
   put_kv load "$(cut -d' ' -f1-3 /proc/loadavg)"
   rev="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   [ -n "$(git -C "$repo" status --porcelain -- Sources Package.swift 2>/dev/null)" ] && rev="$rev + uncommitted changes"
+  # Peak RSS counts the code a process touches: a build with the Swift
+  # runtime as shared libraries maps and touches megabytes more than the
+  # release build users run (Tools/build-release.sh links it in).
+  if ldd "$L" 2>/dev/null | grep -q 'libswiftCore\.so'; then
+    rev="$rev, Swift runtime as shared libraries: its peak RSS is not the release build's"
+  else
+    rev="$rev, Swift runtime linked in"
+  fi
   put_kv v.locker "$rev ($L)"
   put_kv v.restic "$(restic version | head -1)"
   put_kv v.borg "$(borg --version)"
