@@ -56,14 +56,18 @@ final class WorkerPool: @unchecked Sendable {
         if helpers > 0 {
             condition.lock()
             for _ in 0..<helpers { pending.append(round) }
-            let wanted = min(max(0, pending.count - idle), maxThreads - threads)
+            let waiting = idle
+            let wanted = min(max(0, pending.count - waiting), maxThreads - threads)
             // A thread is counted idle from its start, before it first
             // waits, so that the next round does not start another for
             // the same helper.
             threads += wanted
             idle += wanted
             started += wanted
-            if idle > 0 { condition.broadcast() }
+            // Threads idle before this round may be waiting and need
+            // waking; those started here look at `pending` before they
+            // first wait.
+            if waiting > 0 { condition.broadcast() }
             condition.unlock()
             for _ in 0..<wanted {
                 let thread = Thread { [self] in serve() }
