@@ -142,10 +142,14 @@ public final class Store: @unchecked Sendable {
         return lock
     }
 
-    /// The intent of an interrupted object move, if one is left and
-    /// authenticates. Missing or unreadable: nil (verify reports damage).
-    func pendingMoveIntent() -> MoveIntent? {
-        guard let bytes = try? fs.readFile(intentPath, limit: 8 << 10) else { return nil }
+    /// The intent of an interrupted move, if one is left and
+    /// authenticates. Nil when there is none, or when what is there is not
+    /// a file of at most 8 KiB or does not authenticate (verify reports it
+    /// as damage). Any other failure to read it (EIO, EMFILE, ENOMEM) is
+    /// thrown: taken for no intent, a change could go ahead unsettled and
+    /// remove the one data file that two names of an interrupted move share.
+    func pendingMoveIntent() throws -> MoveIntent? {
+        guard let bytes = try readIfThere(relative(intentPath), limit: 8 << 10) else { return nil }
         return try? MoveIntent.open(bytes, with: metadata)
     }
 
@@ -212,7 +216,7 @@ public final class Store: @unchecked Sendable {
     /// lock held. An intent that does not authenticate is left for verify
     /// to report.
     func settleInterruptedMove() throws {
-        guard try fs.status(intentPath) != nil, let intent = pendingMoveIntent() else { return }
+        guard let intent = try pendingMoveIntent() else { return }
         if let directory = try halfMovedDirectory(intent) {
             if directory.renamed {
                 // Dropping the old place before the rename is durable

@@ -49,7 +49,7 @@ extension Store {
 
         var intent: MoveIntent?
         if try fs.status(intentPath) != nil {
-            intent = pendingMoveIntent()
+            intent = try pendingMoveIntent()
             if intent == nil {
                 report.damaged.append(.init(location: relative(intentPath), reason: "move intent does not authenticate"))
             }
@@ -191,6 +191,12 @@ extension Store {
                     // still name the place it moved from (the stale name
                     // of an object move is gone already, just above).
                     try settleInterruptedMove()
+                } else if item == staleName {
+                    // Synced before the intent goes: after a crash, an
+                    // intent removed durably while the old name's removal
+                    // was not would leave two names and nothing to say
+                    // which one is old.
+                    try fs.remove(path + "/" + item)
                 } else {
                     // A directory left by an interrupted mkdir or rm is
                     // outside the namespace, so everything in it is

@@ -56,6 +56,7 @@ final class FaultyFileSystem: Sendable {
         var calls: [String] = []
         var injected = 0
         var open: Set<Int32> = []
+        var failingOpens: (name: String, errno: Int32)?
     }
 
     private enum Action { case pass, fail(Int32), shorten }
@@ -83,6 +84,13 @@ final class FaultyFileSystem: Sendable {
             $0.armed = false
             return ($0.calls, $0.injected)
         }
+    }
+
+    /// From now on, every `open` of a path whose last component is `name`
+    /// fails with `errno` (nil: none does), armed or not: a fault at one
+    /// file whatever the calls before it.
+    func failOpens(of name: String?, errno: Int32 = EIO) {
+        state.withLock { $0.failingOpens = name.map { ($0, errno) } }
     }
 
     /// Descriptors opened through this and not closed.
@@ -119,7 +127,12 @@ final class FaultyFileSystem: Sendable {
         let real = Syscalls.system
         var s = real
         s.open = { path, flags, mode in
-            self.perform("open", failed: -1) {
+            if let failing = self.state.withLock({ $0.failingOpens }),
+               path.split(separator: "/").last.map(String.init) == failing.name {
+                errno = failing.errno
+                return -1
+            }
+            return self.perform("open", failed: -1) {
                 let fd = real.open(path, flags, mode)
                 if fd >= 0 { _ = self.state.withLock { $0.open.insert(fd) } }
                 return fd

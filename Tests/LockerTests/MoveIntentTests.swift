@@ -210,4 +210,51 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: root + "/s/" + source))
         #expect(FileManager.default.fileExists(atPath: root + "/s/move.intent"))
     }
+
+    /// The same store through a file system whose faults the test sets.
+    private func faultyStore(_ device: Device, _ faulty: FaultyFileSystem) throws -> Store {
+        try Store(path: root + "/s", keys: device, options: .init(chunkSize: 16 << 10, fileSystem: faulty.fileSystem))
+    }
+
+    @Test func aChangeStopsWhenTheIntentCannotBeReadAndTheDataStays() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try makeDevice()
+        let (store, source, data) = try interruptedMove(device)
+        let faulty = FaultyFileSystem()
+        let failing = try faultyStore(device, faulty)
+        // Out of descriptors just when the intent is opened: the change
+        // must not go ahead as if there were no intent, which would remove
+        // /a/x with the data file /b/y shares.
+        faulty.failOpens(of: "move.intent", errno: EMFILE)
+        #expect(throws: (any Error).self) { try failing.remove(StorePath("/a/x")) }
+        #expect(throws: (any Error).self) { try failing.verify(readData: true, repair: true) }
+        faulty.failOpens(of: nil)
+        #expect(FileManager.default.fileExists(atPath: root + "/s/move.intent"))
+        #expect(FileManager.default.fileExists(atPath: root + "/s/" + source))
+        #expect(try read(store, "/b/y") == data)
+        // Once it reads, the next change settles it first, as ever.
+        #expect(throws: StoreError.notFound("/a/x")) { try failing.remove(StorePath("/a/x")) }
+        #expect(try read(store, "/b/y") == data)
+        #expect(try store.verify(readData: true).isClean)
+    }
+
+    @Test func repairSyncsTheOldNamesRemovalBeforeRemovingTheIntent() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try makeDevice()
+        let (store, source, data) = try interruptedMove(device)
+        let faulty = FaultyFileSystem()
+        let repairing = try faultyStore(device, faulty)
+        faulty.arm(.none)
+        let report = try repairing.verify(readData: true, repair: true)
+        let calls = faulty.disarm().calls
+        #expect(report.removed == [source, "move.intent"])
+        let unlinks = calls.indices.filter { calls[$0] == "unlink" }
+        #expect(unlinks.count == 2, "the old name and the intent: \(calls)")
+        if unlinks.count == 2 {
+            #expect(calls[unlinks[0]..<unlinks[1]].contains("fsync"),
+                    "the old name's directory is synced before the intent goes: \(calls[unlinks[0]...unlinks[1]])")
+        }
+        #expect(try read(store, "/b/y") == data)
+        #expect(try store.verify(readData: true).isClean)
+    }
 }
