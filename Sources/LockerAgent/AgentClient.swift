@@ -3,7 +3,6 @@ internal import LockerIO
 public import LockerCrypto
 public import LockerDevice
 public import LockerFormat
-internal import Synchronization
 #if canImport(Glibc)
 internal import Glibc
 #endif
@@ -19,9 +18,6 @@ internal import Glibc
 public final class AgentClient: KeyService {
     public let paths: AgentPaths
     private let launcher: AgentLauncher?
-    /// Class B's public key, fetched once; dropped by this client's
-    /// initialize, reset, wipe and reboot.
-    private let classBKey = Mutex<ClassPublicKey?>(nil)
 
     /// Seconds the client waits for an answer (scrypt under contention
     /// can be slow).
@@ -58,7 +54,6 @@ public final class AgentClient: KeyService {
     public func initialize(passcode: SecretBytes?, options: Device.Options) throws {
         guard WireFormat.isEncodable(options) else { throw AgentError.invalidArgument("passcode cost out of range") }
         if let passcode { try Self.checkPasscode(passcode) }
-        defer { classBKey.withLock { $0 = nil } }
         try callEmpty(.initialize(passcode: passcode, options: options))
     }
 
@@ -71,7 +66,6 @@ public final class AgentClient: KeyService {
     /// not take the request (one at its connection limit), or neither
     /// answered nor ended within ``departSeconds``.
     public func reboot() throws {
-        classBKey.withLock { $0 = nil }
         // The agent whose keys are to go, as its pid file names it.
         let departing = Self.pid(inFile: paths.pidPath)
         let deadline = SocketIO.monotonicNow() + Self.departSeconds
@@ -259,12 +253,10 @@ public final class AgentClient: KeyService {
 
     public func reset(newPasscode: SecretBytes?) throws {
         if let newPasscode { try Self.checkPasscode(newPasscode) }
-        defer { classBKey.withLock { $0 = nil } }
         try callEmpty(.reset(newPasscode: newPasscode))
     }
 
     public func wipe() throws {
-        defer { classBKey.withLock { $0 = nil } }
         try callEmpty(.wipe)
     }
 
@@ -272,20 +264,23 @@ public final class AgentClient: KeyService {
         try call(.metadataKey) { r in try WireFormat.readFixedSecret(&r, count: WireFormat.fileKeyBytes) }
     }
 
+    /// Class B's public key now, asked of the agent on every call: kept
+    /// between calls, it would outlive a `reset` or `wipe` by another
+    /// client, and objects wrapped with it would be written under a key
+    /// generation that is already gone (unreadable, with no error when
+    /// written).
     public func classBPublicKey() throws -> ClassPublicKey {
-        if let cached = classBKey.withLock({ $0 }) { return cached }
-        let key = try call(.classBPublicKey) { r in
+        try call(.classBPublicKey) { r in
             let keyID = try r.read(Keybag.keyIDByteCount)
             let generation = try r.readUInt32()
             let publicKey = try r.read(WireFormat.publicKeyBytes)
             return ClassPublicKey(keyID: keyID, keyGeneration: generation, publicKey: publicKey)
         }
-        classBKey.withLock { $0 = key }
-        return key
     }
 
-    /// Class B is wrapped here with the cached public key: the agent's
-    /// private key is never needed to create a class B object.
+    /// Class B is wrapped here with the public key, fetched once for the
+    /// call: the agent's private key is never needed to create a class B
+    /// object.
     public func wrap(fileKey: SecretBytes, for protectionClass: ProtectionClass) throws -> WrappedFileKey {
         try Self.checkFileKey(fileKey)
         // Class B is wrapped here, without the agent's private key.

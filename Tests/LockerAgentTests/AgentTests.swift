@@ -217,6 +217,27 @@ struct AgentTests {
         #expect(try client.unwrap(wrapped) == fileKey)
     }
 
+    @Test("a class B key wrapped after another client's reset is of the new generation, and reads")
+    func classBAfterAnotherClientsReset() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let writer = try fixture.client()
+        let other = try fixture.client()
+        try writer.initialize(passcode: secret("1234"), options: fastOptions)
+        let before = try writer.wrap(fileKey: SecretBytes(randomCount: 32), for: .completeUnlessOpen)
+        #expect(before.keyGeneration == 1)
+        try other.reset(newPasscode: secret("5678"))
+        let fileKey = try SecretBytes(randomCount: 32)
+        let after = try writer.wrap(fileKey: fileKey, for: .completeUnlessOpen)
+        #expect(after.keyGeneration == 2)
+        #expect(after.keyID != before.keyID)
+        let batch = try writer.wrap(fileKeys: [fileKey], for: .completeUnlessOpen)
+        #expect(batch.map(\.keyGeneration) == [2])
+        #expect(try other.unwrap(after) == fileKey)
+        #expect(try other.unwrap(batch[0]) == fileKey)
+        #expect(throws: DeviceError.self) { try other.unwrap(before) }
+    }
+
     @Test("wipe, then init replaces the wiped device")
     func wipeAndReinitialize() throws {
         let fixture = try AgentFixture()
