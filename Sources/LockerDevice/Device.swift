@@ -367,7 +367,10 @@ public final class Device: @unchecked Sendable {
            now < next {
             throw DeviceError.lockedOut(failedAttempts: attempts, until: next)
         }
-        let tag = try passcode.withUnsafeBytes { try HMAC.authenticationCode(for: $0, key: keys.wrongPasscodeKey) }
+        // The tag of the right passcode would test guesses without scrypt:
+        // it is wiped on every path, and kept only if the passcode is wrong.
+        var tag = try passcode.withUnsafeBytes { try HMAC.authenticationCode(for: $0, key: keys.wrongPasscodeKey) }
+        defer { SecretBytes.wipe(&tag) }
         if attempts > 0, constantTimeEquals(tag, record.lastWrongPasscodeTag) {
             throw DeviceError.wrongPasscode(
                 failedAttempts: attempts,
@@ -692,10 +695,12 @@ public final class Device: @unchecked Sendable {
         }
         let stretched = try PasswordKDF.scrypt(password: passcode, salt: kdf.salt, parameters: kdf.scryptParameters,
                                                outputByteCount: 32)
-        return try keys.passcodeTangle.withUnsafeBytes { tangle in
-            try HKDF.deriveKey(inputKeyMaterial: stretched, salt: Array(tangle), info: Array("locker v1 passcode key".utf8),
-                               outputByteCount: 32)
-        }
+        // HKDF takes its salt as an array: this copy of the tangle key is
+        // wiped once the key is derived.
+        var tangle = keys.passcodeTangle.withUnsafeBytes { Array($0) }
+        defer { SecretBytes.wipe(&tangle) }
+        return try HKDF.deriveKey(inputKeyMaterial: stretched, salt: tangle, info: Array("locker v1 passcode key".utf8),
+                                  outputByteCount: 32)
     }
 
     static func classKEK(_ cls: ProtectionClass, passcodeKey: SecretBytes) throws -> SecretBytes {

@@ -66,7 +66,9 @@ struct PasscodeInput {
         var buffer = [UInt8](repeating: 0, count: 1025)
         var count = 0
         var sawAnything = false
-        defer { for i in buffer.indices { buffer[i] = 0 } }
+        // OPENSSL_cleanse: a loop of stores to memory about to be freed
+        // is one the optimizer may drop.
+        defer { SecretBytes.wipe(&buffer) }
         while true {
             var byte: UInt8 = 0
             let n = Foundation.read(STDIN_FILENO, &byte, 1)

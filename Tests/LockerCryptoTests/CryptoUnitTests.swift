@@ -23,6 +23,20 @@ struct SecretBytesTests {
         #expect(SecretBytes(copying: []) != SecretBytes(copying: [0]))
     }
 
+    @Test("copying takes exactly the bytes of an array, a slice, Data, and a sequence with no storage of its own")
+    func copyingEveryKindOfSequence() {
+        let bytes: [UInt8] = (0..<40).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        func contents(_ secret: SecretBytes) -> [UInt8] { secret.withUnsafeBytes { Array($0) } }
+        #expect(contents(SecretBytes(copying: bytes)) == bytes)
+        #expect(contents(SecretBytes(copying: bytes[3..<17])) == Array(bytes[3..<17]))
+        #expect(contents(SecretBytes(copying: bytes[5..<5])) == [])
+        #expect(contents(SecretBytes(copying: Data(bytes).dropFirst(9))) == Array(bytes.dropFirst(9)))
+        #expect(contents(SecretBytes(copying: bytes.lazy.map { $0 ^ 0xFF })) == bytes.map { $0 ^ 0xFF })
+        #expect(contents(SecretBytes(copying: stride(from: 0, to: 200, by: 50).lazy.map { UInt8($0) })) == [0, 50, 100, 150])
+        // The source is left as it was.
+        #expect(bytes == (0..<40).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+    }
+
     @Test("secrets beyond what the secure heap holds keep their bytes, and the heap is usable again after release")
     func manySecrets() throws {
         // 12,000 × 32 bytes and 4 × 100 KiB outgrow the 256 KiB arena, so

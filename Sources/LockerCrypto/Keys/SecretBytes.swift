@@ -39,13 +39,25 @@ public final class SecretBytes: @unchecked Sendable {
         }
     }
 
-    /// Copies `bytes` into wiping storage. The caller remains responsible for
-    /// wiping its own copy.
+    /// Copies `bytes` into wiping storage, leaving no other copy behind.
+    /// The caller remains responsible for wiping its own.
     public convenience init(copying bytes: some Sequence<UInt8>) {
-        let array = Array(bytes)
-        // The closure cannot throw, so neither can this initializer.
-        try! self.init(count: array.count) { (buffer: UnsafeMutableRawBufferPointer) throws in
-            buffer.copyBytes(from: array)
+        // The closures cannot throw, so neither can this initializer.
+        if let count = bytes.withContiguousStorageIfAvailable({ $0.count }) {
+            // Straight from the caller's storage: an intermediate array
+            // (what `Array(slice)` makes) would be a copy of the secret
+            // freed without a wipe.
+            try! self.init(count: count) { (buffer: UnsafeMutableRawBufferPointer) throws in
+                _ = bytes.withContiguousStorageIfAvailable { buffer.copyMemory(from: UnsafeRawBufferPointer($0)) }
+            }
+        } else {
+            // A sequence with no storage of its own: this array is the
+            // only copy made, and is wiped.
+            var array = Array(bytes)
+            defer { Self.wipe(&array) }
+            try! self.init(count: array.count) { (buffer: UnsafeMutableRawBufferPointer) throws in
+                buffer.copyBytes(from: array)
+            }
         }
     }
 
