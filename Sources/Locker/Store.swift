@@ -691,13 +691,13 @@ public final class Store: @unchecked Sendable {
     /// Removes an object, or a directory (which must be empty unless
     /// `recursive`).
     public func remove(_ path: StorePath, recursive: Bool = false) throws {
-        var open: Set<String>?
+        var open: OpenObjects?
         try remove(path, recursive: recursive, open: &open)
     }
 
     /// `open`: the device's open object IDs, asked for once, at the first
     /// object removed, not once per object of a tree.
-    private func remove(_ path: StorePath, recursive: Bool, open: inout Set<String>?) throws {
+    private func remove(_ path: StorePath, recursive: Bool, open: inout OpenObjects?) throws {
         guard !path.isRoot else { throw StoreError.invalidPath("the root cannot be removed") }
         let parent = try directory(at: path.parent)
         let fsPath = try entryPath(path.name, in: parent)
@@ -986,16 +986,27 @@ public final class Store: @unchecked Sendable {
     }
 
     /// ``forgetOpen(_:)`` with the open object IDs already asked for.
-    func forgetOpen(_ objectIDs: [[UInt8]], open: Set<String>) {
-        guard !open.isEmpty else { return }
-        for id in objectIDs.map(Self.hex) where open.contains(id) {
+    func forgetOpen(_ objectIDs: [[UInt8]], open: OpenObjects) {
+        if open.ids?.isEmpty == true { return }
+        for id in objectIDs.map(Self.hex) where open.mayHold(id) {
             try? keys.close(objectID: id)
         }
     }
 
-    /// The IDs of the objects the device holds open; none if it cannot say.
-    func openObjectIDs() -> Set<String> {
-        Set(((try? keys.status().openObjects) ?? []).map(\.id))
+    /// The objects the device holds open, as it says when asked.
+    struct OpenObjects {
+        /// Nil when the device could not say (a failed `status`).
+        let ids: Set<String>?
+
+        /// Whether `id` may be open. When the device could not say, any
+        /// may: each is closed (the close of one that is not open is
+        /// refused, and ignored) rather than a key kept for a version that
+        /// is gone.
+        func mayHold(_ id: String) -> Bool { ids?.contains(id) ?? true }
+    }
+
+    func openObjectIDs() -> OpenObjects {
+        OpenObjects(ids: try? Set(keys.status().openObjects.map(\.id)))
     }
 
     /// Lowercase hex, as object IDs are named on disk and on the wire.

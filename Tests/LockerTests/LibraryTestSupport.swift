@@ -84,9 +84,14 @@ func protection(_ attributes: [FileAttributeKey: Any]) -> ProtectionClass? {
 /// its socket: the store cannot see a `Device` behind it.
 final class ForwardingKeys: KeyService {
     let device: Device
+    /// While true, `status` fails, as the agent does when it cannot say.
+    let statusFails = Mutex(false)
     init(_ device: Device) { self.device = device }
 
-    func status() throws -> DeviceStatus { try device.status() }
+    func status() throws -> DeviceStatus {
+        if statusFails.withLock({ $0 }) { throw DeviceError.integrity("status") }
+        return try device.status()
+    }
     func unlock(passcode: SecretBytes) throws { try device.unlock(passcode: passcode) }
     func lock(immediately: Bool) throws { device.lock(immediately: immediately) }
     func changePasscode(old: SecretBytes, new: SecretBytes) throws { try device.changePasscode(old: old, new: new) }

@@ -28,6 +28,41 @@ import Synchronization
         #expect(try store.list(StorePath("/a/b")).count == 7)
     }
 
+    @Test func anOpenEntryIsClosedWithItsObjectEvenWhenTheDeviceCannotListThem() throws {
+        let root = NSTemporaryDirectory() + "lks-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
+                                           options: .init(passcodeCost: .fixed(logN: 10)))
+        let keys = ForwardingKeys(device)
+        let store = try Store(path: root + "/s", keys: keys, options: .init(chunkSize: 16 << 10))
+        for name in ["/removed", "/reclassed", "/replaced"] {
+            try store.put(StorePath(name), bytes: [1, 2, 3], protection: .completeUnlessOpen)
+            #expect(try store.open(StorePath(name)).protectionClass == .completeUnlessOpen)
+        }
+        #expect(try device.status().openObjects.count == 3)
+        // The device cannot list its open objects: each change still
+        // closes its object's entry, not none.
+        keys.statusFails.withLock { $0 = true }
+        try store.remove(StorePath("/removed"))
+        try store.setClass(StorePath("/reclassed"), to: .complete)
+        // The new version is stored; only the report after it, which asks
+        // the device for its status, fails.
+        #expect(throws: DeviceError.integrity("status")) {
+            try store.put(StorePath("/replaced"), bytes: [4], protection: .completeUnlessOpen)
+        }
+        keys.statusFails.withLock { $0 = false }
+        #expect(try device.status().openObjects.isEmpty)
+        var replaced: [UInt8] = []
+        try store.read(StorePath("/replaced")) { replaced.append(contentsOf: $0) }
+        #expect(replaced == [4])
+        guard case .object(let reclassed) = try store.stat(StorePath("/reclassed")).kind else {
+            Issue.record("/reclassed is not an object")
+            return
+        }
+        #expect(reclassed.protectionClass == .complete)
+        #expect(throws: StoreError.notFound("/removed")) { try store.stat(StorePath("/removed")) }
+    }
+
     /// Bytes LZ4 cannot compress (xorshift64), so that chunk records sit at
     /// fixed offsets in the data file.
     static func noise(_ count: Int) -> [UInt8] {
