@@ -81,9 +81,11 @@ public struct FileSystem: Sendable {
     }
 
     /// Overwrites a file's bytes with zeros in place, syncs, then removes
-    /// it. Used for the effaceable key; on flash and journaling file
-    /// systems the overwrite is best effort, so the key's secrecy must not
-    /// rest on it alone.
+    /// it. Used for the effaceable key and the device's temporaries; on
+    /// flash and journaling file systems the overwrite is best effort, so
+    /// the key's secrecy must not rest on it alone. Only the first
+    /// ``shredLimit`` bytes are overwritten: no device file is larger, and
+    /// a planted file may claim any size (a sparse one, terabytes).
     public func shred(_ path: String) throws {
         // Never through a link, and never into anything but a regular
         // file: the name may have been planted to make this zero another
@@ -102,13 +104,16 @@ public struct FileSystem: Sendable {
             try remove(path)
             return
         }
-        let size = status.size
-        let zeros = [UInt8](repeating: 0, count: Int(size))
+        let zeros = [UInt8](repeating: 0, count: Int(min(status.size, UInt64(Self.shredLimit))))
         try? zeros.withUnsafeBytes { try writeAll(fd, $0, path: path) }
         try? fsync(fd, path: path)
         close(fd)
         try remove(path)
     }
+
+    /// The most of a file ``shred(_:)`` overwrites: the most any device
+    /// file is read up to.
+    public static let shredLimit = 64 << 10
 
     /// Removes a file and, unless `syncDirectory` is false, syncs its
     /// directory. A missing file is not an error.
