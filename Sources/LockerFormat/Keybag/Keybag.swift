@@ -210,6 +210,9 @@ public struct Keybag: Sendable, Equatable {
         guard kdf.salt.count == 32 else { throw FormatError.invalidField("salt") }
         guard graceSeconds <= 86_400 else { throw FormatError.invalidField("grace") }
         guard eraseAfter <= 100 else { throw FormatError.invalidField("erase after") }
+        // The top of the range is damage: `reset` counts up from here, and
+        // no device resets four billion times.
+        guard classKeyGeneration < UInt32.max else { throw FormatError.invalidField("class key generation") }
         guard entries.map(\.protectionClass) == ProtectionClass.allCases else {
             throw FormatError.invalidField("entries")
         }
