@@ -212,9 +212,14 @@ final class ObjectWriter {
         // On every exit, a thrown error included: no queued write may
         // outlive the buffers it reads.
         defer { pending.forEach { $0.wait() } }
-        // Sealed early when the whole object is one batch, to see whether
-        // it fits inline.
+        // Sealed early when every record is still in memory at the end,
+        // to see whether the object fits inline.
         var sealedIndex: [UInt8]?
+        // The records of the batches before this one, while they would
+        // still fit inline: an object whose plaintext takes several batches
+        // may compress to a few kilobytes, and the format stores it inline
+        // (no data file) whatever its plaintext length. Ciphertext only.
+        var held: [UInt8] = []
         let recordLengths = UnsafeMutableBufferPointer<Int>.allocate(capacity: batch)
         recordLengths.initialize(repeating: 0)
         defer { recordLengths.deallocate() }
@@ -266,25 +271,40 @@ final class ObjectWriter {
                 recordUsed[set][i] = max(recordUsed[set][i], recordLengths[i])
             }
             let job = WriteJob(records: (0..<chunksHere).map { UnsafeRawBufferPointer(rebasing: targets[$0].bytes[..<recordLengths[$0]]) })
-            if atEnd && writes == nil {
-                // The whole object in one batch: nothing to overlap with.
+            if atEnd && writeState == nil {
+                // Every record is here (this batch's, and any held): nothing
+                // to overlap with.
                 let index = try sealers[0].sealIndex(lengths)
                 sealedIndex = index
                 if dataLength + UInt64(index.count) <= UInt64(inlineLimit) {
-                    var data = [UInt8]()
+                    var data = held
                     data.reserveCapacity(Int(dataLength) + index.count)
                     for record in job.records { data.append(contentsOf: record) }
                     data.append(contentsOf: index)
                     progress?(total + UInt64(filled))
                     return (Result(plaintextLength: total + UInt64(filled), dataLength: UInt64(data.count)), data, nil)
                 }
-                let state = WriteState(file: try file())
+                // Past the page cache if the plaintext took more than one
+                // batch, as below.
+                let state = WriteState(file: try file(), direct: !held.isEmpty)
                 writeState = state
+                state.write(held)
+                held = []
                 state.write(job)
+            } else if writeState == nil && dataLength <= UInt64(inlineLimit) {
+                // Not the end, and all sealed so far would still fit inline.
+                for record in job.records { held.append(contentsOf: record) }
             } else {
                 // More than one batch: large enough to write past the
                 // page cache.
-                if writeState == nil { writeState = WriteState(file: try file(), direct: true) }
+                if writeState == nil {
+                    let state = WriteState(file: try file(), direct: true)
+                    writeState = state
+                    // The held records first, on this thread: no write
+                    // is queued yet.
+                    state.write(held)
+                    held = []
+                }
                 let state = writeState!
                 let queue = writes ?? DispatchQueue(label: "locker.object-writer")
                 writes = queue
@@ -407,6 +427,15 @@ final class WriteState: @unchecked Sendable {
         }
     }
 
+    /// Writes records kept in memory until now, on the caller's thread
+    /// (before any write is queued).
+    func write(_ held: [UInt8]) {
+        guard !held.isEmpty else { return }
+        recordingError {
+            try held.withUnsafeBytes { try append($0) }
+        }
+    }
+
     /// Writes `last` (the index) and everything still gathered: the data
     /// file is then whole.
     func finish(appending last: [UInt8]) {
@@ -498,10 +527,16 @@ final class ObjectReader {
         try sealed.withUnsafeMutableBytes { try file.read(into: $0, at: header.dataLength - indexLength) }
         lengths = try opener.openIndex(sealed, chunkCount: count)
         var offset: UInt64 = 0
-        let maxRecord = UInt64(ChunkLayout.maxRecordLength(chunkSize: header.chunkSize))
+        let chunkSize = UInt64(header.chunkSize)
+        let overhead = UInt64(ChunkLayout.recordOverhead)
         offsets.reserveCapacity(lengths.count)
-        for length in lengths {
-            guard UInt64(length) >= UInt64(ChunkLayout.recordOverhead), UInt64(length) <= maxRecord else {
+        for (i, length) in lengths.enumerated() {
+            // Each record holds at most its chunk, stored as it is: the
+            // last chunk is what is left of the plaintext (checked here,
+            // not only when that record is opened, so a range read that
+            // never reaches it refuses such an index too).
+            let chunk = i == lengths.count - 1 ? header.plaintextLength - UInt64(i) * chunkSize : chunkSize
+            guard UInt64(length) >= overhead, UInt64(length) <= chunk + overhead else {
                 throw CryptoError.authenticationFailure
             }
             offsets.append(offset)

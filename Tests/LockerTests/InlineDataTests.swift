@@ -65,6 +65,40 @@ import Testing
         #expect(try store.verify(readData: true).isClean)
     }
 
+    @Test func anObjectOfManyBatchesThatCompressesToLittleIsInlineAndOneThatDoesNotIsWhole() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
+                                           options: .init(passcodeCost: .fixed(logN: 10)))
+        // 16 KiB chunks, one worker: a batch is two chunks (32 KiB).
+        let store = try Store(path: root + "/s", keys: device, options: .init(chunkSize: 16 << 10, workers: 1))
+        let zeros = [UInt8](repeating: 0, count: 300 << 10)
+        let cases: [(name: String, data: [UInt8], inline: Bool)] = [
+            // Ten batches of zeros: about 2 KiB stored.
+            ("zeros", zeros, true),
+            // The held records go to the data file when a later batch
+            // takes them past the limit (writes queued after them) ...
+            ("late", bytes(48 << 10, seed: 2) + zeros + bytes(30 << 10, seed: 3), false),
+            // ... or when the last batch does.
+            ("last", bytes(64 << 10, seed: 4), false),
+        ]
+        for item in cases {
+            let before = dataFiles.count
+            try put(store, "/" + item.name, item.data)
+            #expect(dataFiles.count == before + (item.inline ? 0 : 1), "\(item.name)")
+            #expect(try get(store, "/" + item.name) == item.data, "\(item.name)")
+            var part: [UInt8] = []
+            try store.read(StorePath("/" + item.name), range: 40_000..<60_000) { part.append(contentsOf: $0) }
+            #expect(part == Array(item.data[40_000..<60_000]), "\(item.name)")
+        }
+        // The same through a batch (put -r's path, one worker per object).
+        let before = dataFiles.count
+        try store.makeDirectory(StorePath("/batch"))
+        try store.putBatch(cases.map { PutBatchItem(path: try! StorePath("/batch/" + $0.name), source: Self.source($0.data)) })
+        #expect(dataFiles.count == before + cases.filter { !$0.inline }.count)
+        for item in cases { #expect(try get(store, "/batch/" + item.name) == item.data, "batch \(item.name)") }
+        #expect(try store.verify(readData: true).isClean)
+    }
+
     @Test func replacingMovesBetweenInlineAndADataFileWithoutLeavingData() throws {
         defer { try? FileManager.default.removeItem(atPath: root) }
         let store = try makeStore()
