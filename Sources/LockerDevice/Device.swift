@@ -695,12 +695,8 @@ public final class Device: @unchecked Sendable {
         }
         let stretched = try PasswordKDF.scrypt(password: passcode, salt: kdf.salt, parameters: kdf.scryptParameters,
                                                outputByteCount: 32)
-        // HKDF takes its salt as an array: this copy of the tangle key is
-        // wiped once the key is derived.
-        var tangle = keys.passcodeTangle.withUnsafeBytes { Array($0) }
-        defer { SecretBytes.wipe(&tangle) }
-        return try HKDF.deriveKey(inputKeyMaterial: stretched, salt: tangle, info: Array("locker v1 passcode key".utf8),
-                                  outputByteCount: 32)
+        return try HKDF.deriveKey(inputKeyMaterial: stretched, secretSalt: keys.passcodeTangle,
+                                  info: Array("locker v1 passcode key".utf8), outputByteCount: 32)
     }
 
     static func classKEK(_ cls: ProtectionClass, passcodeKey: SecretBytes) throws -> SecretBytes {

@@ -80,6 +80,11 @@ struct KDFVectorTests {
                                                  outputByteCount: tc.size)
                     #expect(okm == SecretBytes(copying: tc.okm.bytes),
                             "\(id): okm \(exposed(okm).hex), expected \(tc.okm.bytes.hex)")
+                    // The same with the salt held as a secret.
+                    let withSecretSalt = try HKDF.deriveKey(.sha256, inputKeyMaterial: ikm, secretSalt: SecretBytes(copying: tc.salt.bytes),
+                                                            info: tc.info.bytes, outputByteCount: tc.size)
+                    #expect(withSecretSalt == SecretBytes(copying: tc.okm.bytes),
+                            "\(id): okm with a secret salt \(exposed(withSecretSalt).hex), expected \(tc.okm.bytes.hex)")
                     if let prk = tc.prk {
                         // HKDF-Extract is HMAC(salt, IKM); an empty salt is
                         // HashLen zero bytes. Checked through HMAC, since

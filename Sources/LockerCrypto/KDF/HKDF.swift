@@ -46,14 +46,39 @@ public enum HKDF {
         info: [UInt8] = [],
         outputByteCount: Int
     ) throws -> SecretBytes {
+        try salt.withUnsafeBytes { s throws in
+            try derive(hash, inputKeyMaterial: inputKeyMaterial, salt: s, info: info, outputByteCount: outputByteCount)
+        }
+    }
+
+    /// ``deriveKey(_:inputKeyMaterial:salt:info:outputByteCount:)`` with a
+    /// secret salt (a device key used as the extract key), which stays in
+    /// wiping storage: no array copy of it is made.
+    public static func deriveKey(
+        _ hash: HashFunction = .sha256,
+        inputKeyMaterial: SecretBytes,
+        secretSalt: SecretBytes,
+        info: [UInt8] = [],
+        outputByteCount: Int
+    ) throws -> SecretBytes {
+        try secretSalt.withUnsafeBytes { s throws in
+            try derive(hash, inputKeyMaterial: inputKeyMaterial, salt: s, info: info, outputByteCount: outputByteCount)
+        }
+    }
+
+    private static func derive(
+        _ hash: HashFunction, inputKeyMaterial: SecretBytes, salt: UnsafeRawBufferPointer, info: [UInt8],
+        outputByteCount: Int
+    ) throws -> SecretBytes {
         let length = hash.byteCount
         guard outputByteCount > 0, outputByteCount <= 255 * length else { throw CryptoError.invalidParameter }
-        // Extract: PRK = HMAC(salt, IKM). The salt is public.
-        let salt = salt.isEmpty ? [UInt8](repeating: 0, count: length) : salt
+        // Extract: PRK = HMAC(salt, IKM); an empty salt is the RFC's
+        // string of zeros.
+        let zeros = [UInt8](repeating: 0, count: salt.isEmpty ? length : 0)
         let pseudorandomKey = try SecretBytes(count: length) { prk throws in
-            try salt.withUnsafeBytes { s throws in
+            try zeros.withUnsafeBytes { z throws in
                 try inputKeyMaterial.withUnsafeBytes { ikm throws in
-                    try HMAC.compute(hash, key: s, message: [ikm], into: prk)
+                    try HMAC.compute(hash, key: salt.isEmpty ? z : salt, message: [ikm], into: prk)
                 }
             }
         }
