@@ -341,12 +341,21 @@ public final class Device: @unchecked Sendable {
 
     /// Unlocks with `passcode`. Applies the delay table and the optional
     /// erase-after limit; the same wrong passcode twice in a row counts
-    /// once.
+    /// once. On a device without a passcode, an empty `passcode` ends a
+    /// lock and any other throws ``DeviceError/noPasscode``.
     public func unlock(passcode: SecretBytes) throws {
         try transition {
             expireGrace()
             guard currentState != .wiped, let keybag else { throw DeviceError.wiped }
-            guard keybag.hasPasscode else { throw DeviceError.noPasscode }
+            guard keybag.hasPasscode else {
+                // Without a passcode, an empty one ends the lock, as a swipe
+                // does on a phone without one; the keys never left, so no
+                // event is posted. Any other passcode is a mistake to report.
+                guard passcode.count == 0 else { throw DeviceError.noPasscode }
+                currentState = .unlocked
+                graceDeadline = nil
+                return
+            }
             let passcodeKey = try verifyPasscode(passcode, keybag: keybag)
             try unwrapPasscodeClasses(passcodeKey: passcodeKey, keybag: keybag)
             currentState = .unlocked
@@ -515,11 +524,15 @@ public final class Device: @unchecked Sendable {
 
     /// Locks the device. Keys stay for the grace period unless `immediately`
     /// is set (or the grace period is 0). Without a passcode nothing is
-    /// evicted.
+    /// evicted: the device is locked at once, with no grace period and no
+    /// event, and protected data stays available. Does nothing on a wiped
+    /// device.
     public func lock(immediately: Bool = false) {
         transition {
             expireGrace()
             switch currentState {
+            case .unlocked where keybag?.hasPasscode != true:
+                evictOnLock()
             case .unlocked:
                 post(.protectedDataWillBecomeUnavailable)
                 let grace = Double(keybag?.graceSeconds ?? 0)

@@ -156,6 +156,9 @@ struct Unlock: ParsableCommand {
         if before.passcodeSet {
             let passcode = try PasscodeInput(fromStandardInput: passcodeStdin).read(prompt: "Passcode: ")
             try client.unlock(passcode: passcode)
+        } else {
+            // Without a passcode, the empty one ends a lock; nothing is read.
+            try client.unlock(passcode: SecretBytes(copying: []))
         }
         let status = try client.status()
         if output.json {
@@ -180,6 +183,7 @@ struct Lock: ParsableCommand {
 
     func run() throws {
         let client = try global.client()
+        if try client.status().state == .wiped { throw DeviceError.wiped }
         try client.lock(immediately: now)
         let status = try client.status()
         if output.json {

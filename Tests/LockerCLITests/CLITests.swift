@@ -309,6 +309,29 @@ struct CLITests {
             #expect(unlock.status == 0, "\(unlock)")
             #expect(unlock.stdinBytesRead == 0, "unlock read \(unlock.stdinBytesRead) bytes of stdin")
             #expect(unlock.stdout.contains("no passcode"), "\(unlock)")
+            #expect(try f.status().state == "unlocked")
+
+            // A lock with the grace period of init locks at once: there is
+            // nothing to evict, so no grace to count down.
+            let graceful = try f.run(["lock"])
+            #expect(graceful.status == 0, "\(graceful)")
+            let afterGrace = try f.status()
+            #expect(afterGrace.state == "locked")
+            #expect(afterGrace.isProtectedDataAvailable)
+            #expect(try f.run(["unlock"]).status == 0)
+            #expect(try f.status().state == "unlocked")
+        }
+    }
+
+    @Test func lockOnAWipedDeviceIsRefused() throws {
+        try withFixture { f in
+            try f.initialize()
+            #expect(try f.run(["wipe", "--yes"]).status == 0)
+            let lock = try f.run(["lock"])
+            #expect(lock.status == 1, "\(lock)")
+            #expect(lock.stderr.hasPrefix("locker: error: "), "\(lock)")
+            #expect(lock.stderr.contains("wiped"), "\(lock)")
+            #expect(!lock.stdout.contains("no passcode"), "\(lock)")
         }
     }
 

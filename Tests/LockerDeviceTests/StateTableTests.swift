@@ -169,6 +169,32 @@ import Testing
         #expect(throws: Never.self) { try rebooted.unwrap(a) }
     }
 
+    /// Without a passcode, a lock with a grace period locks at once (there
+    /// is nothing to evict, so no grace to wait for), posts no event, and
+    /// the empty passcode ends it, again with no event.
+    @Test func withoutPasscodeLockHasNoGraceNoEventAndTheEmptyPasscodeEndsIt() async throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let clock = ManualClock()
+        let device = try makeDevice(temp, clock: clock, passcode: nil, grace: 10)
+        let events = device.events()
+        device.lock()
+        #expect(device.state == .locked)
+        let locked = try device.status()
+        #expect(locked.graceRemaining == nil)
+        #expect(locked.isProtectedDataAvailable)
+        #expect(throws: DeviceError.noPasscode) { try device.unlock(passcode: passcode("x")) }
+        #expect(device.state == .locked)
+        try device.unlock(passcode: SecretBytes(copying: []))
+        #expect(device.state == .unlocked)
+        device.lock(immediately: true)
+        #expect(device.state == .locked)
+        device.shutdown()
+        var seen: [ProtectionEvent] = []
+        for await event in events { seen.append(event) }
+        #expect(seen.isEmpty)
+    }
+
     @Test func aFirstPasscodeKeepsTheKeysAndLocksFromThenOn() throws {
         let temp = TemporaryDevice()
         defer { temp.cleanUp() }
