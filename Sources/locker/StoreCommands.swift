@@ -1515,6 +1515,7 @@ struct Stat: ParsableCommand {
             print("Stored size:       \(o.storedSize)")
             print("Chunks:            \(o.chunks) of \(o.chunkSize) bytes, LZ4 then AES-256-GCM")
             print("Key generation:    \(o.keyGeneration)")
+            print("Object ID:         \(o.objectID)")
             print("Created:           \(time(o.created))")
             print("Modified:          \(time(o.modified))")
         case .directory(let d):
@@ -1577,7 +1578,7 @@ struct ItemReport: Encodable {
     enum CodingKeys: String, CodingKey {
         case path, type, defaultClass, effectiveDefault, defaultSource, damaged
         case protection, protectionSource, accessible, reason, size, storedSize, chunks, chunkSize, compression
-        case keyGeneration, created, modified
+        case keyGeneration, id, created, modified
     }
 }
 
@@ -1596,6 +1597,7 @@ struct ObjectReport: Encodable {
         try c.encode(info.chunkSize, forKey: .chunkSize)
         try c.encode("lz4", forKey: .compression)
         try c.encode(info.keyGeneration, forKey: .keyGeneration)
+        try c.encode(info.objectID, forKey: .id)
         try c.encode(time(info.created), forKey: .created)
         try c.encode(time(info.modified), forKey: .modified)
     }

@@ -199,6 +199,7 @@ struct StatJSON: Decodable {
     var chunkSize: UInt64?
     var compression: String?
     var keyGeneration: Int?
+    var id: String?
     var defaultClass: String?
     var effectiveDefault: String?
     var defaultSource: String?

@@ -641,6 +641,13 @@ struct StoreCLITests {
             #expect(opened["protection"] as? String == "completeUnlessOpen", "\(opened)")
             let open = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
             #expect(open.openObjects.count == 1)
+            // The open object is listed by the ID that stat shows.
+            let id = try #require(opened["id"] as? String, "\(opened)")
+            #expect(id.count == 32 && id.allSatisfy(\.isHexDigit), "\(opened)")
+            #expect(open.openObjects.first?.id == id, "\(open.openObjects)")
+            #expect(try f.stat("/a").id == id)
+            #expect(try f.ok(["stat", "/a"]).stdout.contains("Object ID:         \(id)\n"))
+            #expect(try f.ok(["status"]).stdout.contains("\(id)  completeUnlessOpen"))
             let closed = try document(["close", "--json", "/a"])
             #expect(closed["path"] as? String == "/a" && closed["size"] as? Int == 5, "\(closed)")
             let none = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
