@@ -39,17 +39,17 @@ struct Init: ParsableCommand {
     var passcodeStdin = false
 
     @Option(help: ArgumentHelp("Seconds class A and B keys stay after a lock (0 to 86400).", valueName: "SECONDS"))
-    var grace: UInt32 = 10
+    var grace: Int = 10
 
     @Option(help: ArgumentHelp("The class new objects get when nothing else decides: a canonical name, A–D or untilFirstAuth.", valueName: "CLASS"))
     var defaultClass = ClassArgument(.completeUntilFirstUserAuthentication)
 
     @Option(help: ArgumentHelp("Erase the device after N failed passcode attempts (1 to 100).", valueName: "N"))
-    var eraseAfter: UInt8?
+    var eraseAfter: Int?
 
     func validate() throws {
         if noPasscode && passcodeStdin { throw ValidationError("--no-passcode and --passcode-stdin exclude each other") }
-        if grace > 86_400 { throw ValidationError("--grace must be between 0 and 86400 seconds") }
+        if !(0...86_400).contains(grace) { throw ValidationError("--grace must be between 0 and 86400 seconds") }
         if let eraseAfter, !(1...100).contains(eraseAfter) { throw ValidationError("--erase-after must be between 1 and 100") }
         if noPasscode && eraseAfter != nil { throw ValidationError("--erase-after needs a passcode") }
     }
@@ -119,9 +119,9 @@ struct Init: ParsableCommand {
         }
         if !live, Self.holdsObjects(store: global.storePath) { throw foreignStore }
         let passcode = noPasscode ? nil : try PasscodeInput(fromStandardInput: passcodeStdin)
-            .read(prompt: "New passcode: ", confirm: true)
+            .read(prompt: "New passcode: ", confirm: true, expected: .init(isNew: true))
         try client.initialize(passcode: passcode, options: Device.Options(
-            graceSeconds: grace, eraseAfter: eraseAfter ?? 0, defaultClass: defaultClass.value,
+            graceSeconds: UInt32(grace), eraseAfter: UInt8(eraseAfter ?? 0), defaultClass: defaultClass.value,
             passcodeCost: .calibrated(milliseconds: 100)))
         // The store's layout and root record, so that the commands that
         // only read find a store (they never make one).
@@ -349,8 +349,9 @@ struct Passwd: ParsableCommand {
         // A device without a passcode gets its first one; its objects stay
         // readable (a reset would make A, B and C unreadable).
         let first = try !client.status().passcodeSet
-        let old = first ? SecretBytes(copying: []) : try input.read(prompt: "Current passcode: ")
-        let new = try input.read(prompt: "New passcode: ", confirm: true)
+        let old = first ? SecretBytes(copying: []) : try input.read(prompt: "Current passcode: ", expected: .passwd(new: false))
+        let new = try input.read(prompt: "New passcode: ", confirm: true,
+                                 expected: first ? PasscodeInput.Expected(what: "the new passcode", isNew: true) : .passwd(new: true))
         try client.changePasscode(old: old, new: new)
         if output.json {
             try printJSON(StatusReport(try client.status(), devicePath: global.devicePath, storePath: global.storePath))
@@ -386,7 +387,8 @@ struct Reset: ParsableCommand {
 
     func run() throws {
         let client = try global.client()
-        let passcode = try PasscodeInput(fromStandardInput: passcodeStdin).read(prompt: "New passcode: ", confirm: true)
+        let passcode = try PasscodeInput(fromStandardInput: passcodeStdin)
+            .read(prompt: "New passcode: ", confirm: true, expected: .init(what: "the new passcode", isNew: true))
         try client.reset(newPasscode: passcode)
         let status = try client.status()
         if output.json {

@@ -10,27 +10,46 @@ struct PasscodeInput {
 
     var interactive: Bool { !fromStandardInput && isatty(STDIN_FILENO) == 1 }
 
+    /// Which passcode a line holds, for the errors when it is missing or
+    /// empty.
+    struct Expected {
+        /// What the line holds, as the error names it.
+        var what = "a passcode"
+        /// How stdin must look, for the hint when the line is missing.
+        var lines = "pass it as one line on stdin, or run on a terminal"
+        /// A passcode being set, rather than one the device checks: only
+        /// then is "make a device without one" the way out of an empty one.
+        var isNew = false
+
+        /// `passwd`'s lines: the current passcode, then the new one.
+        static func passwd(new: Bool) -> Expected {
+            Expected(what: new ? "the new passcode" : "the current passcode",
+                     lines: "pass two lines on stdin, the current passcode then the new one, or run on a terminal",
+                     isNew: new)
+        }
+    }
+
     /// One passcode. On a terminal, prompts with `prompt`; with `confirm`,
     /// asks twice and insists they match.
-    func read(prompt: String, confirm: Bool = false) throws -> SecretBytes {
+    func read(prompt: String, confirm: Bool = false, expected: Expected = Expected()) throws -> SecretBytes {
         if interactive {
             let first = try promptNoEcho(prompt)
             if confirm {
                 let second = try promptNoEcho("Repeat the passcode: ")
                 guard first == second else { throw CommandFailure(.usage, "the passcodes did not match") }
             }
-            return try nonEmpty(first)
+            return try nonEmpty(first, expected)
         }
         guard let line = Self.readLine() else {
-            throw CommandFailure(.usage, "expected a passcode on standard input",
-                                 hint: "pass it as one line on stdin, or run on a terminal")
+            throw CommandFailure(.usage, "expected \(expected.what) on standard input", hint: expected.lines)
         }
-        return try nonEmpty(line)
+        return try nonEmpty(line, expected)
     }
 
-    private func nonEmpty(_ passcode: SecretBytes) throws -> SecretBytes {
+    private func nonEmpty(_ passcode: SecretBytes, _ expected: Expected) throws -> SecretBytes {
         guard passcode.count > 0 else {
-            throw CommandFailure(.usage, "the passcode is empty", hint: "use --no-passcode at init for a device without one")
+            throw CommandFailure(.usage, "the passcode is empty",
+                                 hint: expected.isNew ? "use --no-passcode at init for a device without one" : nil)
         }
         guard passcode.count <= 1024 else { throw CommandFailure(.usage, "the passcode is longer than 1024 bytes") }
         return passcode

@@ -323,6 +323,31 @@ struct CLITests {
         }
     }
 
+    /// A missing or empty passcode line gets an error and hint that fit
+    /// the command: passwd names the line it lacked and says it reads two;
+    /// "make a device without a passcode" is offered only where a passcode
+    /// is being set.
+    @Test func missingAndEmptyPasscodeLinesGetTheirCommandsHint() throws {
+        try withFixture { f in
+            let emptyInit = try f.run(["init", "--passcode-stdin"], stdin: "\n")
+            #expect(emptyInit.status == 64, "\(emptyInit)")
+            #expect(emptyInit.stderr == "locker: error: the passcode is empty\nlocker: hint: use --no-passcode at init for a device without one\n",
+                    "\(emptyInit)")
+            try f.initialize()
+            let oneLine = try f.run(["passwd", "--passcode-stdin"], stdin: "1234\n")
+            #expect(oneLine.status == 64, "\(oneLine)")
+            #expect(oneLine.stderr == "locker: error: expected the new passcode on standard input\n"
+                    + "locker: hint: pass two lines on stdin, the current passcode then the new one, or run on a terminal\n", "\(oneLine)")
+            let none = try f.run(["passwd", "--passcode-stdin"], stdin: "")
+            #expect(none.stderr.hasPrefix("locker: error: expected the current passcode on standard input\n"), "\(none)")
+            let emptyUnlock = try f.run(["unlock", "--passcode-stdin"], stdin: "\n")
+            #expect(emptyUnlock.status == 64, "\(emptyUnlock)")
+            #expect(emptyUnlock.stderr == "locker: error: the passcode is empty\n", "\(emptyUnlock)")
+            // Nothing counted: the passcode still works at the first try.
+            #expect(try f.status().failedAttempts == 0)
+        }
+    }
+
     @Test func lockOnAWipedDeviceIsRefused() throws {
         try withFixture { f in
             try f.initialize()
@@ -474,6 +499,22 @@ struct CLITests {
             #expect(r.stderr.hasPrefix("locker: error: "), "\(r)")
             #expect(r.stdout.isEmpty, "\(r)")
             // Nothing was created.
+            #expect(!FileManager.default.fileExists(atPath: f.device + "/agent.pid"), "\(r)")
+        }
+    }
+
+    /// Out-of-range numbers name the range, however far out they are.
+    @Test(arguments: [
+        (["init", "--erase-after", "300", "--passcode-stdin"], "--erase-after must be between 1 and 100"),
+        (["init", "--erase-after", "0", "--passcode-stdin"], "--erase-after must be between 1 and 100"),
+        (["init", "--grace", "86401"], "--grace must be between 0 and 86400 seconds"),
+        (["init", "--grace", "5000000000"], "--grace must be between 0 and 86400 seconds"),
+    ])
+    func outOfRangeNumbersNameTheirRange(arguments: [String], message: String) throws {
+        try withFixture { f in
+            let r = try f.run(arguments, stdin: "1234\n")
+            #expect(r.status == 64, "\(r)")
+            #expect(r.stderr.hasPrefix("locker: error: \(message)\n"), "\(r)")
             #expect(!FileManager.default.fileExists(atPath: f.device + "/agent.pid"), "\(r)")
         }
     }
