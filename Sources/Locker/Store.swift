@@ -649,9 +649,15 @@ public final class Store: @unchecked Sendable {
         do {
             let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
-            var record = directory.record
+            // Read again under the lock: the record read before it may be
+            // of a directory moved or removed since (a new one at its path
+            // would get the old one's ID), or may still name the two places
+            // of a move that taking the lock has just settled.
+            guard try isStill(directory) else { throw Self.directoryGone(path) }
+            let current = try self.directory(at: path)
+            var record = current.record
             record.defaultClass = cls
-            try fs.writeFileAtomically(directory.fsPath + "/.dir", record.sealed(with: metadata))
+            try fs.writeFileAtomically(current.fsPath + "/.dir", record.sealed(with: metadata))
         }
         if let cls {
             for (itemPath, from, to) in rewrapped {
@@ -933,6 +939,11 @@ public final class Store: @unchecked Sendable {
 
             let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
+            // The parent was looked up before the lock. If another command
+            // moved or removed it meanwhile, perhaps making a new one at its
+            // path, the header (its name sealed under the old directory's
+            // ID) must not go where that directory no longer is.
+            guard try isStill(parent) else { throw Self.directoryGone(path.parent) }
             switch try kind(of: fsPath) {
             case .directory: throw StoreError.isADirectory(path.description)
             case .object: replaced = try? readHeader(fsPath, name: path.name, in: parent, path: path)

@@ -86,6 +86,9 @@ final class ForwardingKeys: KeyService {
     let device: Device
     /// While true, `status` fails, as the agent does when it cannot say.
     let statusFails = Mutex(false)
+    /// Run before each rewrap: another command's change, made while a
+    /// command that rewraps has read what it changes but not locked it.
+    let beforeRewrap = Mutex<(@Sendable () throws -> Void)?>(nil)
     init(_ device: Device) { self.device = device }
 
     func status() throws -> DeviceStatus {
@@ -104,7 +107,12 @@ final class ForwardingKeys: KeyService {
     }
     func unwrap(_ wrapped: WrappedFileKey) throws -> SecretBytes { try device.unwrap(wrapped) }
     func rewrap(_ wrapped: WrappedFileKey, to newClass: ProtectionClass) throws -> WrappedFileKey {
-        try device.rewrap(wrapped, to: newClass)
+        let hook = beforeRewrap.withLock { hook in
+            defer { hook = nil }
+            return hook
+        }
+        try hook?()
+        return try device.rewrap(wrapped, to: newClass)
     }
     func open(objectID: String, wrapped: WrappedFileKey) throws -> SecretBytes {
         try device.open(objectID: objectID, wrapped: wrapped)
