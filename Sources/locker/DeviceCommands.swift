@@ -91,6 +91,10 @@ struct Init: ParsableCommand {
         let client = try global.client(creatingDevice: true)
         do {
             try initialize(client, refusing: foreignStore)
+        } catch DeviceError.alreadyInitialized {
+            // Another init made the device since these paths were found
+            // missing: the directories, the agent and the store are its.
+            throw DeviceError.alreadyInitialized
         } catch {
             // A refused init leaves nothing behind that it made: the
             // agent it started, the device directory, the store directory.

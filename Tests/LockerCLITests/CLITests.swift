@@ -348,6 +348,40 @@ struct CLITests {
         }
     }
 
+    /// Two inits on new paths at once: the one that finds the device made
+    /// by the other (exit 73) leaves the other's device, agent and store
+    /// alone. Before, having found the paths missing when it started, it
+    /// removed them as its own. The first init waits at its passcode (a
+    /// FIFO) after it found the paths missing and started the agent.
+    @Test func anInitThatLosesARaceLeavesTheWinnersDevice() throws {
+        try withFixture { f in
+            let fifo = f.root + "/passcode"
+            #expect(mkfifo(fifo, 0o600) == 0)
+            // Held open for writing so the init's open does not block.
+            let writer = open(fifo, O_RDWR)
+            #expect(writer >= 0)
+            defer { close(writer) }
+            let first = try BackgroundRun(f, ["init", "--passcode-stdin"], stdin: fifo)
+            defer { first.stop() }
+            let deadline = Date().addingTimeInterval(20)
+            while !FileManager.default.fileExists(atPath: f.device + "/agent.pid"), Date() < deadline { usleep(20_000) }
+            try #require(FileManager.default.fileExists(atPath: f.device + "/agent.pid"), "the first init started no agent")
+
+            let second = try f.run(["init", "--passcode-stdin"], stdin: "5678\n")
+            #expect(second.status == 0, "\(second)")
+            #expect(write(writer, "1234\n", 5) == 5)
+            #expect(first.waitForExit(seconds: 20) == 73)
+
+            // The winner's device and store are whole, with its passcode.
+            #expect(try f.status().state == "unlocked")
+            try f.run(["put", "-", "/x"], stdin: "kept")
+            #expect(try f.run(["get", "/x"]).stdout == "kept")
+            #expect(try f.run(["lock", "--now"]).status == 0)
+            #expect(try f.run(["unlock", "--passcode-stdin"], stdin: "1234\n").status == 77)
+            #expect(try f.run(["unlock", "--passcode-stdin"], stdin: "5678\n").status == 0)
+        }
+    }
+
     @Test func lockOnAWipedDeviceIsRefused() throws {
         try withFixture { f in
             try f.initialize()
