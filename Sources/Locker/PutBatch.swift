@@ -193,12 +193,13 @@ extension Store {
                 // A small object's data goes into its header file, and
                 // no data file is created.
                 let result = try writer.write(from: try early.source(i), inlineLimit: ObjectHeader.maxInlineDataLength, file: {
-                    let file = try DataFile.create(dataPath, fileSystem: fs)
-                    slots.value[i].data = (dataPath, file)
                     // Until its header commits, the data file is
                     // referenced by nothing; the lock tells a verifier
-                    // it is not garbage yet.
-                    if !targets[i].inTree { try file.holdWriteLock() }
+                    // it is not garbage yet. (A new directory's data
+                    // files are under the lock of the tree being built.)
+                    let file = try targets[i].inTree ? DataFile.create(dataPath, fileSystem: fs)
+                        : DataFile.createLocked(dataPath, fileSystem: fs)
+                    slots.value[i].data = (dataPath, file)
                     return file
                 }, progress: nil, sync: false, recheck: recheck)
                 let now = Self.now()

@@ -920,11 +920,10 @@ public final class Store: @unchecked Sendable {
             // A small object's data goes into its header file: no data
             // file is created for it.
             let written = try writer.write(from: source, inlineLimit: ObjectHeader.maxInlineDataLength, file: {
-                let created = try DataFile.create(dataPath, fileSystem: fs)
-                file = created
                 // Until the header commits, the data file is referenced by
                 // nothing; the lock tells a verifier it is not garbage yet.
-                try created.holdWriteLock()
+                let created = try DataFile.createLocked(dataPath, fileSystem: fs)
+                file = created
                 return created
             }, progress: progress, recheck: KeyRecheck { [keys, cls] in _ = try keys.wrap(fileKey: fileKey, for: cls) })
             if file != nil { try fs.syncDirectory(dataDirectory) }

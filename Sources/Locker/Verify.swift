@@ -185,6 +185,9 @@ extension Store {
         }
 
         if repair {
+            let dataPrefix = relative(dataDirectory) + "/"
+            // Data files a writer locked after the scan: not garbage.
+            var inUseSinceScan: Set<String> = []
             for item in report.garbage {
                 if item == relative(intentPath) {
                     // Settled, not only removed: a directory's record may
@@ -197,6 +200,14 @@ extension Store {
                     // was not would leave two names and nothing to say
                     // which one is old.
                     try fs.remove(path + "/" + item)
+                } else if item.hasPrefix(dataPrefix) {
+                    // A put may have made this file just before the scan
+                    // and locked it since: removed only while verify holds
+                    // its lock, and left if the put does.
+                    guard try DataFile.removeIfUnused(path + "/" + item, fileSystem: fs) else {
+                        inUseSinceScan.insert(item)
+                        continue
+                    }
                 } else {
                     // A directory left by an interrupted mkdir or rm is
                     // outside the namespace, so everything in it is
@@ -205,6 +216,7 @@ extension Store {
                 }
                 report.removed.append(item)
             }
+            report.garbage.removeAll { inUseSinceScan.contains($0) }
         }
         return report
     }

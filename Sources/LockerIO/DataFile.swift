@@ -33,6 +33,58 @@ public final class DataFile {
         try fileSystem.flock(fd, LOCK_EX, path: path)
     }
 
+    /// Creates a new file, as ``create(_:fileSystem:)``, and takes its
+    /// write lock. A verifier can find the file between the two unlocked,
+    /// and so garbage; it removes it only while it holds the lock
+    /// (``removeIfUnused(_:fileSystem:)``), so a file still at `path` once
+    /// the lock is ours stays ours. One that was removed is made again.
+    public static func createLocked(_ path: String, fileSystem: FileSystem) throws -> DataFile {
+        for _ in 0..<3 {
+            let file = try create(path, fileSystem: fileSystem)
+            try file.holdWriteLock()
+            let opened = try fileSystem.status(of: file.fd, path: path)
+            if let there = try fileSystem.status(path), there.device == opened.device, there.inode == opened.inode {
+                return file
+            }
+            file.close()
+        }
+        throw IOError("create (removed while it was made)", path: path, errno: EAGAIN)
+    }
+
+    /// Removes the file at `path` unless a live process holds its write
+    /// lock, holding the lock itself while it unlinks: a writer that takes
+    /// the lock after that finds the file gone (see
+    /// ``createLocked(_:fileSystem:)``). Returns false, and leaves the
+    /// file, if it is in use. A missing file is not an error; a symbolic
+    /// link or a directory found there, which no writer makes, is removed
+    /// as it is (the link, or the directory with what it holds).
+    public static func removeIfUnused(_ path: String, fileSystem: FileSystem) throws -> Bool {
+        let fd: Int32
+        do {
+            fd = try fileSystem.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        } catch {
+            if error.errno == ENOENT { return true }
+            if error.errno == ELOOP {
+                try fileSystem.remove(path, syncDirectory: false)
+                return true
+            }
+            throw error
+        }
+        defer { fileSystem.close(fd) }
+        do {
+            try fileSystem.flock(fd, LOCK_EX | LOCK_NB, path: path)
+        } catch {
+            if error.errno == EWOULDBLOCK { return false }
+            throw error
+        }
+        if try fileSystem.status(of: fd, path: path).isDirectory {
+            try fileSystem.removeTree(path)
+        } else {
+            try fileSystem.remove(path, syncDirectory: false)
+        }
+        return true
+    }
+
     /// Whether a live process holds the write lock of the file at `path`.
     /// A file left by a process that died is not in use.
     public static func isInUse(_ path: String, fileSystem: FileSystem) -> Bool {

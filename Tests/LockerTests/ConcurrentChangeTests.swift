@@ -3,6 +3,8 @@ import Locker
 import LockerCrypto
 import LockerDevice
 import LockerFormat
+import LockerIO
+import Synchronization
 import Testing
 
 // Commands that look a directory up before they take the store lock must
@@ -103,5 +105,81 @@ struct ConcurrentChangeTests {
         #expect(d.defaultClass == nil)
         let report = try store.verify(readData: true)
         #expect(report.damaged.isEmpty, "\(report.damaged)")
+    }
+}
+
+/// A put's data file is created, then locked. A `verify --repair` that
+/// scans in between finds it unreferenced and unlocked.
+@Suite("A repair while a put makes its data file")
+struct RepairDuringPutTests {
+    /// The repair runs at the put's first blocking `flock` of a data file,
+    /// in another store on the same directory. It removes the new file
+    /// (unlocked, referenced by nothing); the put makes it again and
+    /// stores an object that reads back. Before, the put wrote into the
+    /// unlinked file and committed a header whose data file was gone.
+    @Test(arguments: [false, true])
+    func aDataFileRemovedBeforeItWasLockedIsMadeAgain(batch: Bool) throws {
+        let root = NSTemporaryDirectory() + "lkcc-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
+                                           options: .init(passcodeCost: .fixed(logN: 10)))
+        let repairs = Mutex<[VerifyReport]>([])
+        let armed = Mutex(true)
+        var syscalls = Syscalls.system
+        syscalls.flock = { fd, operation in
+            if operation == LOCK_EX, Self.dataFile(fd), armed.withLock({ let was = $0; $0 = false; return was }) {
+                if let report = try? Store(path: root + "/s", keys: device).verify(repair: true) {
+                    repairs.withLock { $0.append(report) }
+                }
+            }
+            return Syscalls.system.flock(fd, operation)
+        }
+        let store = try Store(path: root + "/s", keys: device,
+                              options: .init(chunkSize: 16 << 10, workers: 1, fileSystem: FileSystem(syscalls: syscalls)))
+        let bytes = (0..<300_000).map { _ in UInt8.random(in: 0...255) }
+        if batch {
+            var offset = 0
+            let item = PutBatchItem(path: try StorePath("/x"), expectedLength: UInt64(bytes.count)) { buffer in
+                let n = min(buffer.count, bytes.count - offset)
+                buffer.copyBytes(from: bytes[offset..<offset + n])
+                offset += n
+                return n
+            }
+            _ = try store.putBatch([item])
+        } else {
+            try store.put(StorePath("/x"), bytes: bytes)
+        }
+        // The repair ran, and removed the first file.
+        let ran = repairs.withLock { $0 }
+        #expect(ran.count == 1)
+        #expect(ran.first?.removed.count == 1, "\(ran)")
+        #expect(ran.first?.removed.first?.hasPrefix("data/") == true, "\(ran)")
+        var read: [UInt8] = []
+        try store.read(StorePath("/x")) { read.append(contentsOf: $0) }
+        #expect(read == bytes)
+        let report = try store.verify(readData: true)
+        #expect(report.isClean && report.objectsReadInFull == 1, "\(report)")
+    }
+
+    /// Whether `fd` is a file in a store's data directory.
+    static func dataFile(_ fd: Int32) -> Bool {
+        let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)")) ?? ""
+        return target.contains("/s/data/")
+    }
+
+    /// The other side: a data file whose writer holds its lock is left by
+    /// a repair, and not reported as garbage.
+    @Test func aLockedDataFileIsLeftByRemoval() throws {
+        let root = NSTemporaryDirectory() + "lkcc-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let fs = FileSystem()
+        let held = try DataFile.createLocked(root + "/held", fileSystem: fs)
+        #expect(try DataFile.removeIfUnused(root + "/held", fileSystem: fs) == false)
+        #expect(fs.exists(root + "/held"))
+        held.close()
+        #expect(try DataFile.removeIfUnused(root + "/held", fileSystem: fs) == true)
+        #expect(!fs.exists(root + "/held"))
+        #expect(try DataFile.removeIfUnused(root + "/held", fileSystem: fs) == true)
     }
 }
