@@ -119,12 +119,19 @@ extension Store {
     /// Whether `directory` is still at its path: a directory with the same
     /// ID. A failure to look throws; only its absence answers no.
     func isStill(_ directory: Directory) throws -> Bool {
+        try reread(directory) != nil
+    }
+
+    /// `directory` as it is now (its record read again), if it is still at
+    /// its path; nil if another directory is there, or none.
+    func reread(_ directory: Directory) throws -> Directory? {
         do {
-            return try self.directory(at: directory.storePath).record.directoryID == directory.record.directoryID
+            let now = try self.directory(at: directory.storePath)
+            return now.record.directoryID == directory.record.directoryID ? now : nil
         } catch StoreError.notFound {
-            return false
+            return nil
         } catch StoreError.notADirectory {
-            return false
+            return nil
         }
     }
 }

@@ -653,8 +653,7 @@ public final class Store: @unchecked Sendable {
             // of a directory moved or removed since (a new one at its path
             // would get the old one's ID), or may still name the two places
             // of a move that taking the lock has just settled.
-            guard try isStill(directory) else { throw Self.directoryGone(path) }
-            let current = try self.directory(at: path)
+            guard let current = try reread(directory) else { throw Self.directoryGone(path) }
             var record = current.record
             record.defaultClass = cls
             try fs.writeFileAtomically(current.fsPath + "/.dir", record.sealed(with: metadata))

@@ -123,7 +123,7 @@ struct Init: ParsableCommand {
         }
         if !live, Self.holdsObjects(store: global.storePath) { throw foreignStore }
         let passcode = noPasscode ? nil : try PasscodeInput(fromStandardInput: passcodeStdin)
-            .read(prompt: "New passcode: ", confirm: true, expected: .init(isNew: true))
+            .read(prompt: "New passcode: ", confirm: true, expected: .newPasscode)
         try client.initialize(passcode: passcode, options: Device.Options(
             graceSeconds: UInt32(grace), eraseAfter: UInt8(eraseAfter ?? 0), defaultClass: defaultClass.value,
             passcodeCost: .calibrated(milliseconds: 100)))
@@ -187,9 +187,11 @@ struct Lock: ParsableCommand {
 
     func run() throws {
         let client = try global.client()
-        if try client.status().state == .wiped { throw DeviceError.wiped }
         try client.lock(immediately: now)
         let status = try client.status()
+        // The device does nothing on a wiped device; saying "Locked" would
+        // claim otherwise.
+        if status.state == .wiped { throw DeviceError.wiped }
         if output.json {
             try printJSON(StatusReport(status, devicePath: global.devicePath, storePath: global.storePath))
             return
@@ -355,7 +357,7 @@ struct Passwd: ParsableCommand {
         let first = try !client.status().passcodeSet
         let old = first ? SecretBytes(copying: []) : try input.read(prompt: "Current passcode: ", expected: .passwd(new: false))
         let new = try input.read(prompt: "New passcode: ", confirm: true,
-                                 expected: first ? PasscodeInput.Expected(what: "the new passcode", isNew: true) : .passwd(new: true))
+                                 expected: first ? .newPasscode : .passwd(new: true))
         try client.changePasscode(old: old, new: new)
         if output.json {
             try printJSON(StatusReport(try client.status(), devicePath: global.devicePath, storePath: global.storePath))
@@ -392,7 +394,7 @@ struct Reset: ParsableCommand {
     func run() throws {
         let client = try global.client()
         let passcode = try PasscodeInput(fromStandardInput: passcodeStdin)
-            .read(prompt: "New passcode: ", confirm: true, expected: .init(what: "the new passcode", isNew: true))
+            .read(prompt: "New passcode: ", confirm: true, expected: .newPasscode)
         try client.reset(newPasscode: passcode)
         let status = try client.status()
         if output.json {

@@ -21,6 +21,10 @@ struct PasscodeInput {
         /// then is "make a device without one" the way out of an empty one.
         var isNew = false
 
+        /// The one line of `init`, `reset`, and `passwd` on a device
+        /// without a passcode.
+        static let newPasscode = Expected(what: "the new passcode", isNew: true)
+
         /// `passwd`'s lines: the current passcode, then the new one.
         static func passwd(new: Bool) -> Expected {
             Expected(what: new ? "the new passcode" : "the current passcode",
