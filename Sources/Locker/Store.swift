@@ -301,6 +301,18 @@ public final class Store: @unchecked Sendable {
         return directory.fsPath + "/" + (try NameCodec.fileName(forEncoded: encoded))
     }
 
+    /// The entry of `directory` that `name` names as `ls` shows an entry
+    /// whose name does not authenticate (`?<file name>`), if `name` is
+    /// such a name and that entry is there and still fails. A real name
+    /// that begins with "?" is looked for first, by the caller: no
+    /// encoded name fails to authenticate.
+    func damagedEntry(_ name: String, in directory: Directory) throws -> DirectoryEntry? {
+        guard name.hasPrefix("?") else { return nil }
+        let fileName = String(name.dropFirst())
+        guard let listed = try listedEntries(of: directory).first(where: { $0.name == fileName }) else { return nil }
+        return try resolveEntry(listed, in: directory).path == nil ? listed : nil
+    }
+
     enum Kind { case missing, directory, object }
 
     /// What is at `fsPath`. A failure to look throws: taking it for
@@ -708,7 +720,12 @@ public final class Store: @unchecked Sendable {
         let fsPath = try entryPath(path.name, in: parent)
         switch try kind(of: fsPath) {
         case .missing:
-            throw StoreError.notFound(path.description)
+            // `?<file name>`, as ls shows an entry whose name does not
+            // authenticate: no other command can name it.
+            guard let damaged = try damagedEntry(path.name, in: parent) else { throw StoreError.notFound(path.description) }
+            try removeUnreadable(parent.fsPath + "/" + damaged.name, path: path, in: parent, recursive: recursive) {
+                try self.damagedEntry(path.name, in: parent) != nil
+            }
         case .object:
             let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
@@ -723,6 +740,11 @@ public final class Store: @unchecked Sendable {
                 if !header.isInline { try fs.remove(dataPath(header.objectID)) }
             }
         case .directory:
+            if try recordIsDamaged(path) {
+                return try removeUnreadable(fsPath, path: path, in: parent, recursive: recursive) {
+                    try self.recordIsDamaged(path)
+                }
+            }
             // A tree is emptied without the store lock (each entry takes
             // it), so another command may store into it meanwhile: what it
             // stored is removed too, a few rounds at most.
@@ -758,16 +780,50 @@ public final class Store: @unchecked Sendable {
                 guard rounds < 3 else { throw StoreError.changedMeanwhile(path: path.description, what: "kept storing objects in it") }
             }
             defer { withExtendedLifetime(lock) {} }
-            // Out of the namespace in one step, then emptied: a failure or
-            // a crash from here on leaves a temporary directory, which
-            // verify removes, never a directory without its record.
-            let temporary = parent.fsPath + "/.tmp-dir-" + UUID().uuidString
-            try fs.rename(fsPath, to: temporary)
-            try fs.syncDirectory(parent.fsPath)
-            for name in (try? fs.contentsOfDirectory(temporary)) ?? [] {
-                try? fs.remove(temporary + "/" + name, syncDirectory: false)
-            }
-            try? fs.removeDirectory(temporary)
+            try removeTree(fsPath, in: parent)
+        }
+    }
+
+    /// Takes the directory at `fsPath` out of the namespace in one step,
+    /// then empties it: a failure or a crash from there on leaves a
+    /// temporary directory, which verify removes, never a directory
+    /// without its record. The caller holds the store lock.
+    private func removeTree(_ fsPath: String, in parent: Directory) throws {
+        let temporary = parent.fsPath + "/.tmp-dir-" + UUID().uuidString
+        try fs.rename(fsPath, to: temporary)
+        try fs.syncDirectory(parent.fsPath)
+        try? fs.removeTree(temporary)
+    }
+
+    /// Removes an entry whose name or record does not authenticate,
+    /// without reading what is in it: nothing there can be named or
+    /// trusted. A directory must be empty unless `recursive`. The data
+    /// files its headers refer to cannot be known, so they are left to
+    /// `verify --repair`, which removes them once no damage is left.
+    /// `stillUnreadable` is asked again under the store lock.
+    private func removeUnreadable(_ fsPath: String, path: StorePath, in parent: Directory, recursive: Bool,
+                                  stillUnreadable: () throws -> Bool) throws {
+        let lock = try lockStore()
+        defer { withExtendedLifetime(lock) {} }
+        let found = try kind(of: fsPath)
+        guard found != .missing else { throw StoreError.notFound(path.description) }
+        guard try stillUnreadable() else { throw StoreError.changedMeanwhile(path: path.description, what: "replaced it") }
+        if found == .object { return try fs.remove(fsPath) }
+        let isEmpty = try fs.contentsOfDirectory(fsPath).allSatisfy { $0 == ".dir" || Self.isTemporary($0) }
+        guard recursive || isEmpty else {
+            throw StoreError.directoryNotEmpty(path.description)
+        }
+        try removeTree(fsPath, in: parent)
+    }
+
+    /// Whether the directory at `path` is there and its record does not
+    /// authenticate there.
+    func recordIsDamaged(_ path: StorePath) throws -> Bool {
+        do {
+            _ = try directory(at: path)
+            return false
+        } catch let error as StoreError where error.isIntegrity {
+            return true
         }
     }
 
@@ -1282,7 +1338,9 @@ public final class Store: @unchecked Sendable {
         let parent = try directory(at: path.parent)
         let fsPath = try entryPath(path.name, in: parent)
         switch try kind(of: fsPath) {
-        case .missing: throw StoreError.notFound(path.description)
+        case .missing:
+            guard try damagedEntry(path.name, in: parent) != nil else { throw StoreError.notFound(path.description) }
+            throw StoreError.integrity(path: path.description, what: "name does not authenticate")
         case .directory: return ItemInfo(path: path, kind: .directory(try directoryInfo(path)))
         case .object:
             let header = try readHeader(fsPath, name: path.name, in: parent, path: path)

@@ -76,7 +76,9 @@ extension Store {
                 let isDirectory = (try? kind(of: fsPath)) == .directory
                 let name = entryName(fileName, at: fsPath, isDirectory: isDirectory, in: directory)
                 guard let name else {
-                    report.damaged.append(.init(location: relative(fsPath), reason: "name does not authenticate"))
+                    // As ls names it, and rm takes it.
+                    report.damaged.append(.init(location: directory.storePath.appending("?" + fileName).description,
+                                                reason: "name does not authenticate"))
                     continue
                 }
                 let itemPath = directory.storePath.appending(name)

@@ -628,4 +628,85 @@ struct StoreDamageCLITests {
             #expect(try f.raw(["get", "/big"]).stdout == pseudoRandomBytes(70_000, seed: 14))
         }
     }
+
+    /// Each kind of damaged entry is removed by the name `ls` and `verify`
+    /// give it, as verify's hint says: an entry whose name does not
+    /// authenticate (`?<file name>`), a directory whose record does not
+    /// (with `-r`), and an object whose header does not. Their data is
+    /// then unreferenced, and `verify --repair` removes it. Nothing else
+    /// goes: a good entry cannot be named by its file name, and a real
+    /// name that begins with "?" is the object of that name.
+    @Test func damagedEntriesAreRemovedByTheNameLsGivesThem() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let keep = pseudoRandomBytes(3000, seed: 21)
+            let keepHeader = try f.putInline("/d/keep", keep)
+            let renamed = try f.putInline("/d/x", pseudoRandomBytes(3000, seed: 22))
+            let (bigData, bigHeader) = try f.putTracked("/d/big", pseudoRandomBytes(200_000, seed: 23))
+            let hdr = try f.putInline("/d/hdr", pseudoRandomBytes(100, seed: 24))
+            let inSub = try f.putInline("/d/sub/y", pseudoRandomBytes(100, seed: 25))
+            try f.put("/d/?q", Data("a real name".utf8))
+
+            // Two names that no longer authenticate: one character changed.
+            func misnamed(_ header: String) throws -> String {
+                var name = Array((header as NSString).lastPathComponent)
+                let i = name.count / 2
+                name[i] = name[i] == "A" ? "B" : "A"
+                let fileName = String(name)
+                try FileManager.default.moveItem(atPath: header, toPath: (header as NSString).deletingLastPathComponent + "/" + fileName)
+                return "/d/?" + fileName
+            }
+            let damagedName = try misnamed(renamed)
+            let damagedBig = try misnamed(bigHeader)
+            try flipBit((inSub as NSString).deletingLastPathComponent + "/.dir", at: 30)
+            try flipBit(hdr, at: 40)
+
+            let ls = try f.ok(["ls", "/d"])
+            for name in [damagedName, damagedBig] {
+                #expect(ls.stdout.contains(String(name.dropFirst(3))), "\(ls)")
+                let stat = try f.raw(["stat", name])
+                #expect(stat.status == 65 && stat.stderr.hasPrefix("locker: error: integrity failure: \(name): name does not authenticate"),
+                        "\(stat)")
+            }
+            let verify = try f.raw(["verify"])
+            #expect(verify.status == 65, "\(verify)")
+            for line in ["damaged: \(damagedName): name does not authenticate", "damaged: \(damagedBig): name does not authenticate",
+                         "damaged: /d/sub: directory record", "damaged: /d/hdr: header"] {
+                #expect(verify.text.contains(line), "\(line): \(verify)")
+            }
+
+            // A good entry's file name is not a name it goes by.
+            let byFileName = try f.raw(["rm", "/d/?" + (keepHeader as NSString).lastPathComponent])
+            #expect(byFileName.status == 66, "\(byFileName)")
+            #expect(try f.raw(["rm", "/d/?AAAA"]).status == 66)
+            #expect(try f.raw(["rm", "/d/sub"]).status != 0)
+            for arguments in [["rm", damagedName], ["rm", damagedBig], ["rm", "-r", "/d/sub"], ["rm", "/d/hdr"]] {
+                let r = try f.raw(arguments)
+                #expect(r.status == 0, "\(arguments): \(r)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: (inSub as NSString).deletingLastPathComponent))
+            #expect(try f.raw(["rm", damagedName]).status == 66)
+            #expect(try f.ok(["ls", "/d"]).stdout == "?q\nkeep\n")
+
+            // Their data is garbage now, and only that is removed.
+            #expect(FileManager.default.fileExists(atPath: bigData))
+            let before = try f.raw(["verify"])
+            #expect(before.status == 65 && !before.text.contains("damaged:"), "\(before)")
+            try f.ok(["verify", "--repair"])
+            #expect(!FileManager.default.fileExists(atPath: bigData))
+            try f.ok(["verify", "--read-data"])
+            #expect(try f.raw(["get", "/d/keep"]).stdout == keep)
+            #expect(try f.raw(["get", "/d/?q"]).stdout == Data("a real name".utf8))
+            try f.ok(["rm", "/d/?q"])
+
+            // rm -r of a directory with damaged entries below removes them.
+            let below = try f.putInline("/e/f/z", pseudoRandomBytes(100, seed: 26))
+            try f.put("/e/ok", Data("ok".utf8))
+            _ = try misnamed(below)
+            try f.ok(["rm", "-r", "/e"])
+            #expect(try f.ok(["ls", "/"]).stdout == "d/\n")
+            try f.ok(["verify", "--repair"])
+            try f.ok(["verify"])
+        }
+    }
 }
