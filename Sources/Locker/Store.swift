@@ -62,8 +62,8 @@ public final class Store: @unchecked Sendable {
         fs = options.fileSystem
         try Self.checkDirectory(path, create: create, fileSystem: fs)
         metadata = try MetadataKeys(metadataKey: keys.metadataKey())
-        try fs.createDirectory(path, mode: 0o700)
-        try fs.createDirectory(dataDirectory, mode: 0o700)
+        try fs.createDirectory(path, mode: 0o700, durable: true)
+        try fs.createDirectory(dataDirectory, mode: 0o700, durable: true)
         // Only a root record that is certainly missing is created: one that
         // could not be looked at is not replaced.
         if try fs.status(namespaceRoot + "/.dir") == nil {
@@ -75,7 +75,7 @@ public final class Store: @unchecked Sendable {
                 let entries = (try? fs.contentsOfDirectory(namespaceRoot))?.filter { !Self.isTemporary($0) } ?? []
                 let data = try fs.contentsOfDirectory(dataDirectory).filter { !Self.isTemporary($0) }
                 guard entries.isEmpty, data.isEmpty else { throw StoreError.foreignStore }
-                try fs.createDirectory(namespaceRoot, mode: 0o700)
+                try fs.createDirectory(namespaceRoot, mode: 0o700, durable: true)
                 let root = DirectoryRecord(directoryID: try SecureRandom.bytes(16), parentID: DirectoryRecord.rootParentID,
                                            name: "", defaultClass: nil, created: Self.now())
                 try fs.writeFileAtomically(namespaceRoot + "/.dir", root.sealed(with: metadata))

@@ -46,7 +46,7 @@ public struct DeviceDirectory: Sendable {
     /// Creates the directory (0700), or checks an existing one is private.
     func prepare() throws {
         do {
-            try fileSystem.createDirectory(path, mode: 0o700)
+            try fileSystem.createDirectory(path, mode: 0o700, durable: true)
             try fileSystem.setMode(path, 0o700)
         } catch let error as IOError {
             throw DeviceError.io(error)

@@ -181,10 +181,13 @@ public struct FileSystem: Sendable {
 
     /// Creates `path` and any missing parents with `mode`. An existing
     /// directory is not an error.
-    public func createDirectory(_ path: String, mode: UInt32 = 0o700) throws {
+    /// With `durable`, each directory it makes is synced into its parent
+    /// (a crash cannot lose a directory that already holds synced files);
+    /// without, a later sync of the file system must cover it.
+    public func createDirectory(_ path: String, mode: UInt32 = 0o700, durable: Bool = false) throws {
         if exists(path) { return }
         let parent = Self.directory(of: path)
-        if parent != path, !exists(parent) { try createDirectory(parent, mode: mode) }
+        if parent != path, !exists(parent) { try createDirectory(parent, mode: mode, durable: durable) }
         do {
             try mkdir(path, mode: mode)
         } catch {
@@ -193,6 +196,7 @@ public struct FileSystem: Sendable {
         }
         // mkdir's mode went through the umask.
         try? chmod(path, mode: mode)
+        if durable { try syncDirectory(parent) }
     }
 
     /// The permission bits and owner of `path`.

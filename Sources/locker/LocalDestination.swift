@@ -229,7 +229,12 @@ private func writeLocalFile(_ name: String, in directory: OpenDirectory, path: S
         try? directory.remove(temporary)
         throw error
     }
-    // The rename made durable (best effort: the file is whole); a drop box
-    // through the file.
-    try? directory.sync(through: fd)
+    // The rename made durable; a drop box through the file. The file is
+    // whole either way, but a fetch that cannot say it will survive a
+    // crash does not report success.
+    do {
+        try directory.sync(through: fd)
+    } catch {
+        throw CommandFailure.cannot("make \(path) durable (it was written, but a crash may lose it)", error.errno)
+    }
 }

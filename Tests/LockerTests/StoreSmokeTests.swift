@@ -3,6 +3,7 @@ import Locker
 import LockerCrypto
 import LockerDevice
 import LockerFormat
+import LockerIO
 import Testing
 import Synchronization
 
@@ -185,6 +186,38 @@ import Synchronization
         try made.put(StorePath("/x"), protection: ProtectionClass.none) { _ in 0 }
         let reopened = try Store(path: root + "/empty", keys: device, create: false)
         #expect(try reopened.list(StorePath("/")).map(\.path.name) == ["x"])
+    }
+
+    /// The directories a new store and device are made of are synced
+    /// into their parents, the missing parents of their paths too: a
+    /// crash after `init` returned cannot take away a directory whose
+    /// files were synced. Each of the three checked is synced by nothing
+    /// else.
+    @Test func newStoreAndDeviceDirectoriesAreSyncedIntoTheirParents() throws {
+        let root = NSTemporaryDirectory() + "lks-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: false)
+        let opened = Mutex<[Int32: String]>([:])
+        let synced = Mutex<[String]>([])
+        var syscalls = Syscalls.system
+        let (open, fsync) = (syscalls.open, syscalls.fsync)
+        syscalls.open = { path, flags, mode in
+            let fd = open(path, flags, mode)
+            if fd >= 0 { opened.withLock { $0[fd] = path } }
+            return fd
+        }
+        syscalls.fsync = { fd in
+            if let path = opened.withLock({ $0[fd] }) { synced.withLock { $0.append(path) } }
+            return fsync(fd)
+        }
+        let store = try Store.embedded(
+            storeDirectory: root + "/new/store", deviceDirectory: root + "/new/device", passcode: nil,
+            options: .init(passcodeCost: .fixed(logN: 10)), storeOptions: .init(fileSystem: FileSystem(syscalls: syscalls)))
+        try store.put(StorePath("/x"), protection: ProtectionClass.none) { _ in 0 }
+        let paths = synced.withLock { $0 }
+        for directory in [root, root + "/new", root + "/new/store"] {
+            #expect(paths.contains(directory), "\(directory) not synced: \(paths)")
+        }
     }
 
     /// A store on a fresh device, removed at the end of `body`.
