@@ -17,6 +17,22 @@ extension Store {
     public func fileHandle(forReadingAtPath path: String) throws -> ProtectedFileHandle {
         try ProtectedFileHandle(store: self, path: try StorePath(path))
     }
+
+    /// Creates the object at `path` with `data`, as ``write(_:to:options:)``
+    /// does (the class from `options`, else the directory's default), and
+    /// returns a handle open on it, as Data Protection gives the creator
+    /// of a file: the device keeps the new object's file key from its
+    /// creation. So a class B (`completeUnlessOpen`) object created while
+    /// the device is locked can be read through the handle until it is
+    /// closed, and then not opened again until unlock. The other classes
+    /// behave as with ``fileHandle(forReadingAtPath:)`` afterwards.
+    public func fileHandle(creatingAtPath path: String, contents data: Data,
+                           options: Data.WritingOptions = []) throws -> ProtectedFileHandle {
+        let cls = try ProtectionClass(writingOptions: options)
+        let storePath = try StorePath(path)
+        let info = try OpenRegistry.create(in: self) { try put(data, at: storePath, protection: cls, keepOpen: true) }
+        return ProtectedFileHandle(store: self, info: info)
+    }
 }
 
 /// A read handle on one version of a stored object, as `FileHandle`.
@@ -53,10 +69,14 @@ public final class ProtectedFileHandle: Sendable {
 
     private let state = Mutex(State())
 
-    init(store: Store, path: StorePath) throws {
-        let info = try OpenRegistry.open(path, in: store)
+    convenience init(store: Store, path: StorePath) throws {
+        self.init(store: store, info: try OpenRegistry.open(path, in: store))
+    }
+
+    /// On an object ``OpenRegistry`` has counted open.
+    init(store: Store, info: ObjectInfo) {
         self.store = store
-        self.path = path
+        self.path = info.path
         self.objectID = info.objectID
         self.size = info.size
         self.protectionClass = info.protectionClass
@@ -192,6 +212,15 @@ enum OpenRegistry {
     static func open(_ path: StorePath, in store: Store) throws -> ObjectInfo {
         try counts.withLock { counts in
             let info = try store.open(path)
+            counts[Key(keys: ObjectIdentifier(store.keys), objectID: info.objectID), default: 0] += 1
+            return info
+        }
+    }
+
+    /// Counts the object `create` makes, which the device keeps open.
+    static func create(in store: Store, _ create: () throws -> ObjectInfo) throws -> ObjectInfo {
+        try counts.withLock { counts in
+            let info = try create()
             counts[Key(keys: ObjectIdentifier(store.keys), objectID: info.objectID), default: 0] += 1
             return info
         }

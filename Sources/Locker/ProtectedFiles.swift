@@ -40,13 +40,19 @@ extension Store {
         let unsupported = options.intersection(.withoutOverwriting)
         guard unsupported.isEmpty else { throw ProtectedFileError.unsupportedWritingOptions(unsupported) }
         let cls = try ProtectionClass(writingOptions: options)
-        let storePath = try StorePath(path)
-        guard !storePath.isRoot else { throw StoreError.isADirectory("/") }
+        try put(data, at: try StorePath(path), protection: cls)
+    }
+
+    /// Stores `data` at `path` as `Data.write` would: the parent must
+    /// exist.
+    @discardableResult
+    func put(_ data: Data, at path: StorePath, protection cls: ProtectionClass?, keepOpen: Bool = false) throws -> ObjectInfo {
+        guard !path.isRoot else { throw StoreError.isADirectory("/") }
         // Data.write does not create directories: check the parent first.
-        _ = try directory(at: storePath.parent)
-        try data.withUnsafeBytes { bytes in
+        _ = try directory(at: path.parent)
+        return try data.withUnsafeBytes { bytes in
             var offset = 0
-            try put(storePath, protection: cls) { buffer in
+            return try put(path, protection: cls, keepOpen: keepOpen) { buffer in
                 let n = min(buffer.count, bytes.count - offset)
                 if n > 0 {
                     buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + n)]))

@@ -936,8 +936,15 @@ public final class Store: @unchecked Sendable {
     /// Stores an object from `source`, which fills the buffer it is given
     /// and returns the count, 0 at the end. Missing parent directories are
     /// created. The object replaces any object at `path` atomically.
+    ///
+    /// With `keepOpen`, the device keeps the new object's file key from
+    /// before it is committed, as ``open(_:)`` would, until ``close(_:)``:
+    /// a class B object created while the device is locked can then be
+    /// read back until it is closed, and not again until unlock (an open
+    /// cannot unwrap its key while locked). A put that fails leaves
+    /// nothing open.
     @discardableResult
-    public func put(_ path: StorePath, protection: ProtectionClass? = nil,
+    public func put(_ path: StorePath, protection: ProtectionClass? = nil, keepOpen: Bool = false,
                     from source: (UnsafeMutableRawBufferPointer) throws -> Int,
                     progress: ((UInt64) -> Void)? = nil) throws -> ObjectInfo {
         guard !path.isRoot else { throw StoreError.isADirectory("/") }
@@ -969,6 +976,7 @@ public final class Store: @unchecked Sendable {
         var file: DataFile?
         var header: ObjectHeader
         var replaced: ObjectHeader?
+        if keepOpen { try keys.registerOpen(objectID: Self.hex(objectID), fileKey: fileKey, protectionClass: cls) }
         do {
             let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKey), chunkSize: options.chunkSize,
                                           workers: options.workers)
@@ -1010,6 +1018,7 @@ public final class Store: @unchecked Sendable {
                 file.close()
                 try? fs.remove(dataPath, syncDirectory: false)
             }
+            if keepOpen { try? keys.close(objectID: Self.hex(objectID)) }
             throw error
         }
         file?.close()

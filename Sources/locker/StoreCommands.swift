@@ -132,6 +132,9 @@ struct Put: ParsableCommand {
     @Flag(name: [.customShort("r"), .customLong("recursive")], help: "Import a local directory tree.")
     var r = false
 
+    @Flag(help: "Keep the new object open, as 'locker open' does, until 'locker close': a completeUnlessOpen object stored while the device is locked stays readable until then.")
+    var open = false
+
     func run() throws {
         try Interruption.cooperating { try transfer() }
     }
@@ -148,6 +151,9 @@ struct Put: ParsableCommand {
         defer { if let pending { Foundation.close(pending.fd) } }
         if let opened = pending, opened.status?.isDirectory == true {
             throw CommandFailure(.usage, "\(source) is a directory", hint: "use -r to import a directory tree")
+        }
+        if tree && open {
+            throw CommandFailure(.usage, "--open keeps one object open, not a tree", hint: "store the tree, then 'locker open' each object")
         }
         let store = try global.openStore(create: true)
         if tree {
@@ -182,7 +188,8 @@ struct Put: ParsableCommand {
         } else if output.json {
             try printJSON(ObjectReport(info))
         } else {
-            print("Stored \(shown(info.path.description)) (\(info.size) bytes, \(info.protectionClass.canonicalName), \(info.protectionSource.description)).")
+            let kept = open ? " It is open until 'locker close \(shown(info.path.description))'." : ""
+            print("Stored \(shown(info.path.description)) (\(info.size) bytes, \(info.protectionClass.canonicalName), \(info.protectionSource.description)).\(kept)")
         }
     }
 
@@ -205,7 +212,8 @@ struct Put: ParsableCommand {
         let watch = fd == STDIN_FILENO ? nil : SourceWatch(fd, opened: status)
         let read = readSource(fd, mayBlock: status?.isRegularFile != true)
         var changed = false
-        let info = try store.put(target, protection: self.class?.value, from: { buffer in
+        // Only a single put keeps its object open (a tree is refused above).
+        let info = try store.put(target, protection: self.class?.value, keepOpen: open && tree == nil, from: { buffer in
             let n = try read(buffer)
             if n == 0, let watch { changed = watch.changed() }
             return n

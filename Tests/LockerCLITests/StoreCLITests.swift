@@ -801,6 +801,44 @@ struct StoreCLITests {
         }
     }
 
+    /// A class B object stored while locked with `put --open` is readable
+    /// until `close`, then not again until unlock; the same put without
+    /// `--open` is not readable at all. `--open` with a tree is a usage
+    /// error, and class A cannot be stored while locked, with or without.
+    @Test func classBStoredWhileLockedWithOpenIsReadableUntilClosed() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.ok(["lock", "--now"])
+            let bytes = sampleBytes("put-open", size: 300_000)
+            let local = try f.localFile(bytes)
+            let put = try f.ok(["put", local, "/b", "--class", "B", "--open"])
+            #expect(put.stdout.hasSuffix("It is open until 'locker close /b'.\n"), "\(put)")
+            try f.ok(["put", local, "/plain", "--class", "B"])
+            #expect(try f.raw(["get", "/b"]).stdout == bytes)
+            let stat = try f.stat("/b")
+            #expect(stat.accessible == true && stat.reason == "open")
+            let status = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
+            #expect(status.openObjects.map(\.protection) == ["completeUnlessOpen"])
+            expectProtectedDataUnavailable(try f.raw(["get", "/plain"]))
+
+            let tree = f.root + "/tree"
+            try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: false)
+            let refused = try f.raw(["put", "-r", tree, "/t", "--open"])
+            #expect(refused.status == 64 && refused.stderr.hasPrefix("locker: error: --open keeps one object open, not a tree"), "\(refused)")
+            expectProtectedDataUnavailable(try f.raw(["put", local, "/a", "--class", "A", "--open"]))
+            #expect(try f.raw(["stat", "/a"]).status == 66)
+
+            try f.ok(["close", "/b"])
+            expectProtectedDataUnavailable(try f.raw(["get", "/b"]))
+            expectProtectedDataUnavailable(try f.raw(["open", "/b"]))
+            let after = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
+            #expect(after.openObjects.isEmpty)
+            try f.ok(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            #expect(try f.raw(["get", "/b"]).stdout == bytes)
+            #expect(try f.raw(["get", "/plain"]).stdout == bytes)
+        }
+    }
+
     /// "Unless open" holds only for the class B object that was opened: an
     /// open object changed to class A is not readable once locked, and an
     /// open object removed or replaced leaves no key behind in the device.

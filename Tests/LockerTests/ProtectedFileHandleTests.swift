@@ -78,6 +78,83 @@ import Testing
         #expect(try store.fileHandle(forReadingAtPath: "/b").readToEnd() == data)
     }
 
+    /// PROTECTION-SEMANTICS: a class B object created while locked can be
+    /// read through its open handle, but not reopened after close until
+    /// unlock. In both states it cannot be unwrapped (before first unlock,
+    /// and locked), and a large object (data file) as well as a small one.
+    /// The same write without a handle is not readable at all until
+    /// unlock; class A cannot be created, and leaves nothing open.
+    @Test(arguments: [DeviceState.locked, .beforeFirstUnlock], [3_000, 200_000])
+    func classBCreatedWhileLockedReadsThroughItsHandleUntilClosed(state: DeviceState, size: Int) throws {
+        let fixture = LibraryFixture()
+        defer { fixture.cleanUp() }
+        let store = try fixture.drive(try fixture.open(), to: state)
+        #expect(store.isProtectedDataAvailable == false)
+        let data = sampleData(size, seed: 21)
+        let handle = try store.fileHandle(creatingAtPath: "/b", contents: data, options: .completeFileProtectionUnlessOpen)
+        #expect(handle.size == UInt64(size))
+        #expect(handle.fileProtection.rawValue == FileProtectionType.completeUnlessOpen.rawValue)
+        #expect(try handle.readToEnd() == data)
+        try handle.seek(toOffset: UInt64(size / 2))
+        #expect(try handle.read(upToCount: 100) == data[(size / 2)..<(size / 2 + 100)])
+        #expect(try store.device?.status().openObjects.map(\.protection) == ["completeUnlessOpen"])
+        #expect(try store.contentsOfItem(atPath: "/b") == data, "open objects keep working")
+
+        // Without the handle, the same write is stored but not readable.
+        try store.write(data, to: "/plain", options: .completeFileProtectionUnlessOpen)
+        #expect(throws: DeviceError.protectedDataUnavailable(.completeUnlessOpen)) { try store.contentsOfItem(atPath: "/plain") }
+
+        try handle.close()
+        #expect(try store.device?.status().openObjects.isEmpty == true)
+        #expect(throws: DeviceError.protectedDataUnavailable(.completeUnlessOpen)) { try store.contentsOfItem(atPath: "/b") }
+        #expect(throws: DeviceError.protectedDataUnavailable(.completeUnlessOpen)) {
+            try store.fileHandle(forReadingAtPath: "/b")
+        }
+
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) {
+            try store.fileHandle(creatingAtPath: "/a", contents: data, options: .completeFileProtection)
+        }
+        #expect(!store.fileExists(atPath: "/a"))
+        #expect(try store.device?.status().openObjects.isEmpty == true)
+
+        try fixture.unlock(store)
+        #expect(try store.contentsOfItem(atPath: "/b") == data)
+        #expect(try store.contentsOfItem(atPath: "/plain") == data)
+    }
+
+    /// A create that fails leaves nothing open: its parent is missing, or
+    /// its source fails after the key was kept.
+    @Test func aFailedCreateLeavesNothingOpen() throws {
+        let fixture = LibraryFixture()
+        defer { fixture.cleanUp() }
+        let store = try fixture.open()
+        #expect(throws: StoreError.notFound("/missing")) {
+            try store.fileHandle(creatingAtPath: "/missing/b", contents: Data("x".utf8), options: .completeFileProtectionUnlessOpen)
+        }
+        #expect(try store.device?.status().openObjects.isEmpty == true)
+        struct SourceFailed: Error {}
+        for size in [10, 200_000] {
+            var given = 0
+            #expect(throws: SourceFailed.self) {
+                try store.put(StorePath("/c"), protection: .completeUnlessOpen, keepOpen: true) { buffer in
+                    guard given < size else { throw SourceFailed() }
+                    let n = min(buffer.count, size - given)
+                    buffer.initializeMemory(as: UInt8.self, repeating: 7)
+                    given += n
+                    return n
+                }
+            }
+            #expect(given == size)
+            #expect(try store.device?.status().openObjects.isEmpty == true)
+            #expect(!store.fileExists(atPath: "/c"))
+        }
+        let handle = try store.fileHandle(creatingAtPath: "/d", contents: Data("x".utf8))
+        #expect(handle.protectionClass == .completeUntilFirstUserAuthentication, "the store default")
+        #expect(try store.device?.status().openObjects.count == 1)
+        try handle.close()
+        #expect(try store.device?.status().openObjects.isEmpty == true)
+    }
+
     @Test func classAHandleFailsWhenGraceEndsAndStaysFailed() throws {
         let fixture = LibraryFixture()
         defer { fixture.cleanUp() }
