@@ -1120,6 +1120,14 @@ public final class Store: @unchecked Sendable {
         try readCurrent(path, range: range) { try $0.read($1, width: width, at: sink) }
     }
 
+    /// Throws what a read of the object at `path` would throw for its
+    /// protection now (`DeviceError.protectedDataUnavailable(_:)`,
+    /// `DeviceError.keyReset(_:)`, …), reading none of its data.
+    public func checkReadable(_ path: StorePath) throws {
+        let (_, _, header) = try object(at: path)
+        _ = try fileKey(for: header)
+    }
+
     /// Reads the object now at `path` with `body` (see ``readData``).
     private func readCurrent(_ path: StorePath, range: Range<UInt64>?,
                              _ body: (ObjectReader, Range<UInt64>) throws -> Void) throws {

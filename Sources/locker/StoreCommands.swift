@@ -766,6 +766,9 @@ struct Get: ParsableCommand {
         guard case .object(let info) = try store.stat(source).kind else {
             throw StoreError.isADirectory(source.description)
         }
+        // Protection first: an object that cannot be read now is refused
+        // as such (75, 69) whatever range is asked of it.
+        if range != nil { try store.checkReadable(source) }
         let wanted = try parseRange(size: info.size)
         if destination == nil || destination == "-" {
             // write(2) directly: no copy per chunk, and a closed pipe is an

@@ -820,6 +820,14 @@ struct StoreCLITests {
             let status = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
             #expect(status.openObjects.map(\.protection) == ["completeUnlessOpen"])
             expectProtectedDataUnavailable(try f.raw(["get", "/plain"]))
+            // Protection before the range: one past the end is still 75.
+            let size = bytes.count
+            for range in ["0-9", "\(size)-\(size + 1)", "\(size + 5)-"] {
+                expectProtectedDataUnavailable(try f.raw(["get", "/plain", "--range", range]))
+            }
+            let pastTheEnd = try f.raw(["get", "/b", "--range", "\(size)-\(size + 1)"])
+            #expect(pastTheEnd.status == 64 && pastTheEnd.stderr.contains("is past the end"), "\(pastTheEnd)")
+            #expect(try f.raw(["get", "/b", "--range", "\(size - 2)-"]).stdout == bytes.suffix(2))
 
             let tree = f.root + "/tree"
             try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: false)
