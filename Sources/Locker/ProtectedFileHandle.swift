@@ -19,7 +19,8 @@ extension Store {
     }
 
     /// Creates the object at `path` with `data`, as ``write(_:to:options:)``
-    /// does (the class from `options`, else the directory's default), and
+    /// does (the class from `options`, else the directory's default;
+    /// `.withoutOverwriting` refused the same way), and
     /// returns a handle open on it, as Data Protection gives the creator
     /// of a file: the device keeps the new object's file key from its
     /// creation. So a class B (`completeUnlessOpen`) object created while
@@ -28,9 +29,7 @@ extension Store {
     /// behave as with ``fileHandle(forReadingAtPath:)`` afterwards.
     public func fileHandle(creatingAtPath path: String, contents data: Data,
                            options: Data.WritingOptions = []) throws -> ProtectedFileHandle {
-        let cls = try ProtectionClass(writingOptions: options)
-        let storePath = try StorePath(path)
-        let info = try OpenRegistry.create(in: self) { try put(data, at: storePath, protection: cls, keepOpen: true) }
+        let info = try OpenRegistry.counting(in: self) { try put(data, at: path, options: options, keepOpen: true) }
         return ProtectedFileHandle(store: self, info: info)
     }
 }
@@ -210,17 +209,13 @@ enum OpenRegistry {
     private static let counts = Mutex<[Key: Int]>([:])
 
     static func open(_ path: StorePath, in store: Store) throws -> ObjectInfo {
-        try counts.withLock { counts in
-            let info = try store.open(path)
-            counts[Key(keys: ObjectIdentifier(store.keys), objectID: info.objectID), default: 0] += 1
-            return info
-        }
+        try counting(in: store) { try store.open(path) }
     }
 
-    /// Counts the object `create` makes, which the device keeps open.
-    static func create(in store: Store, _ create: () throws -> ObjectInfo) throws -> ObjectInfo {
+    /// Counts the object `open` opens, or makes open, in the device.
+    static func counting(in store: Store, _ open: () throws -> ObjectInfo) throws -> ObjectInfo {
         try counts.withLock { counts in
-            let info = try create()
+            let info = try open()
             counts[Key(keys: ObjectIdentifier(store.keys), objectID: info.objectID), default: 0] += 1
             return info
         }

@@ -37,16 +37,17 @@ extension Store {
     /// `DeviceError.protectedDataUnavailable(_:)`; class B can be created in
     /// every state but wiped.
     public func write(_ data: Data, to path: String, options: Data.WritingOptions = []) throws {
+        try put(data, at: path, options: options)
+    }
+
+    /// Stores `data` at `path` as `Data.write` would, `options` and all:
+    /// the parent must exist.
+    @discardableResult
+    func put(_ data: Data, at path: String, options: Data.WritingOptions, keepOpen: Bool = false) throws -> ObjectInfo {
         let unsupported = options.intersection(.withoutOverwriting)
         guard unsupported.isEmpty else { throw ProtectedFileError.unsupportedWritingOptions(unsupported) }
         let cls = try ProtectionClass(writingOptions: options)
-        try put(data, at: try StorePath(path), protection: cls)
-    }
-
-    /// Stores `data` at `path` as `Data.write` would: the parent must
-    /// exist.
-    @discardableResult
-    func put(_ data: Data, at path: StorePath, protection cls: ProtectionClass?, keepOpen: Bool = false) throws -> ObjectInfo {
+        let path = try StorePath(path)
         guard !path.isRoot else { throw StoreError.isADirectory("/") }
         // Data.write does not create directories: check the parent first.
         _ = try directory(at: path.parent)

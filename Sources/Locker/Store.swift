@@ -740,9 +740,9 @@ public final class Store: @unchecked Sendable {
                 if !header.isInline { try fs.remove(dataPath(header.objectID)) }
             }
         case .directory:
-            if try recordIsDamaged(path) {
+            if try recordIsDamaged(fsPath, path: path, in: parent) {
                 return try removeUnreadable(fsPath, path: path, in: parent, recursive: recursive) {
-                    try self.recordIsDamaged(path)
+                    try self.recordIsDamaged(fsPath, path: path, in: parent)
                 }
             }
             // A tree is emptied without the store lock (each entry takes
@@ -816,11 +816,12 @@ public final class Store: @unchecked Sendable {
         try removeTree(fsPath, in: parent)
     }
 
-    /// Whether the directory at `path` is there and its record does not
-    /// authenticate there.
-    func recordIsDamaged(_ path: StorePath) throws -> Bool {
+    /// Whether the record of the directory at `fsPath` (`path`, in
+    /// `parent`) does not authenticate there. Only that record is read:
+    /// the parent is resolved already.
+    func recordIsDamaged(_ fsPath: String, path: StorePath, in parent: Directory) throws -> Bool {
         do {
-            _ = try directory(at: path)
+            _ = try readDirectoryRecord(fsPath, path: path, in: parent.record.directoryID)
             return false
         } catch let error as StoreError where error.isIntegrity {
             return true

@@ -733,15 +733,22 @@ struct Get: ParsableCommand {
         let extent = size == 0 ? "the object is empty" : "the object has \(size) byte\(size == 1 ? "" : "s"), 0 to \(size - 1)"
         let end: UInt64
         if parts[1].isEmpty {
-            guard start < size else { throw CommandFailure(.usage, "--range \(range) starts past the end (\(extent))") }
+            guard start < size else { throw RangePastTheEnd(CommandFailure(.usage, "--range \(range) starts past the end (\(extent))")) }
             end = size - 1
         } else {
             guard let e = UInt64(parts[1]) else { throw CommandFailure(.usage, "--range takes START-END, for example 0-1023") }
             end = e
         }
         guard start <= end else { throw CommandFailure(.usage, "--range \(range): START is after END") }
-        guard end < size else { throw CommandFailure(.usage, "--range \(range) is past the end (\(extent))") }
+        guard end < size else { throw RangePastTheEnd(CommandFailure(.usage, "--range \(range) is past the end (\(extent))")) }
         return start..<(end + 1)
+    }
+
+    /// A well-formed range that reaches past the object: the usage error
+    /// `failure`, once the object's protection has had its say.
+    struct RangePastTheEnd: Error {
+        let failure: CommandFailure
+        init(_ failure: CommandFailure) { self.failure = failure }
     }
 
     func run() throws {
@@ -766,10 +773,17 @@ struct Get: ParsableCommand {
         guard case .object(let info) = try store.stat(source).kind else {
             throw StoreError.isADirectory(source.description)
         }
-        // Protection first: an object that cannot be read now is refused
-        // as such (75, 69) whatever range is asked of it.
-        if range != nil { try store.checkReadable(source) }
-        let wanted = try parseRange(size: info.size)
+        let wanted: Range<UInt64>?
+        do {
+            wanted = try parseRange(size: info.size)
+        } catch let past as RangePastTheEnd {
+            // Protection first: an object that cannot be read now is
+            // refused as such (75, 69), whatever range is asked of it. A
+            // range within it needs no check here: the read refuses it
+            // before any byte, with the one unwrap it makes anyway.
+            try store.checkReadable(source)
+            throw past.failure
+        }
         if destination == nil || destination == "-" {
             // write(2) directly: no copy per chunk, and a closed pipe is an
             // error (EPIPE, SIGPIPE is ignored) rather than a crash.

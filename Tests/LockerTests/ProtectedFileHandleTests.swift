@@ -148,6 +148,14 @@ import Testing
             #expect(try store.device?.status().openObjects.isEmpty == true)
             #expect(!store.fileExists(atPath: "/c"))
         }
+        // Options as Data.write takes them: what write refuses, this
+        // refuses, rather than overwrite what .withoutOverwriting keeps.
+        try store.write(Data("kept".utf8), to: "/d")
+        #expect(throws: ProtectedFileError.unsupportedWritingOptions(.withoutOverwriting)) {
+            try store.fileHandle(creatingAtPath: "/d", contents: Data("x".utf8), options: .withoutOverwriting)
+        }
+        #expect(try store.contentsOfItem(atPath: "/d") == Data("kept".utf8))
+        #expect(try store.device?.status().openObjects.isEmpty == true)
         let handle = try store.fileHandle(creatingAtPath: "/d", contents: Data("x".utf8))
         #expect(handle.protectionClass == .completeUntilFirstUserAuthentication, "the store default")
         #expect(try store.device?.status().openObjects.count == 1)
