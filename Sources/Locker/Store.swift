@@ -977,6 +977,7 @@ public final class Store: @unchecked Sendable {
         var file: DataFile?
         var header: ObjectHeader
         var replaced: ObjectHeader?
+        let status: DeviceStatus
         if keepOpen { try keys.registerOpen(objectID: Self.hex(objectID), fileKey: fileKey, protectionClass: cls) }
         do {
             let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKey), chunkSize: options.chunkSize,
@@ -1000,6 +1001,10 @@ public final class Store: @unchecked Sendable {
                 inlineData: written.inlineData)
             header.headerMAC = try header.computeMAC(fileKey: fileKey)
 
+            // What the report says of the object's availability is asked
+            // for before the commit: once it has committed, a put fails
+            // only for what leaves the object stored (see below).
+            status = try keys.status()
             let lock = try lockStore()
             defer { withExtendedLifetime(lock) {} }
             // The parent was looked up before the lock. If another command
@@ -1025,11 +1030,16 @@ public final class Store: @unchecked Sendable {
         file?.close()
         // The new version is in place. Its name is made durable before the
         // old data goes, so that no crash leaves the old header without
-        // its data; if that fails, the old data stays, as garbage.
-        try fs.syncDirectory(parent.fsPath)
+        // its data; if that fails, the old data stays, as garbage, and the
+        // error says the object was stored (it stays open if asked to).
+        do {
+            try fs.syncDirectory(parent.fsPath)
+        } catch let error as IOError {
+            throw StoreError.storedNotDurable(path: path.description, reason: String(cString: strerror(error.errno)))
+        }
         if let replaced, !replaced.isInline { try? fs.remove(self.dataPath(replaced.objectID)) }
         if let replaced { forgetOpen([replaced.objectID]) }
-        return try objectInfo(path, header: header, headerPath: fsPath)
+        return try objectInfo(path, header: header, headerPath: fsPath, status: status)
     }
 
     /// The file key of an object: unwrapped now if its class allows, else,

@@ -25,6 +25,12 @@ public enum StoreError: Error, Equatable, Sendable {
     /// objects in it"). Running the command again once the other has ended
     /// settles it.
     case changedMeanwhile(path: String, what: String)
+    /// The object at `path` was stored: its new version is in place and
+    /// readable. But the sync that makes its name durable failed
+    /// (`reason`, the system's), so a crash may yet take it back to its
+    /// old version, or to nothing. Storing it again once the disk is
+    /// mended makes sure of it.
+    case storedNotDurable(path: String, reason: String)
 }
 
 extension StoreError {
@@ -32,6 +38,13 @@ extension StoreError {
     /// item, which a command over many items may report and go past.
     public var isIntegrity: Bool {
         if case .integrity = self { return true }
+        return false
+    }
+
+    /// Whether this is ``storedNotDurable(path:reason:)``: the object was
+    /// stored, and only its durability is in doubt.
+    public var isStoredNotDurable: Bool {
+        if case .storedNotDurable = self { return true }
         return false
     }
 }

@@ -372,7 +372,9 @@ private func errorKind(_ error: any Error) -> String? {
                 }
                 // Every fault is an I/O error, and must be reported as one:
                 // not as "not found", "already exists" or damage.
-                if error is StoreError { issue("an I/O fault reported as \(error)") }
+                // (A put whose directory sync failed after its commit says
+                // so: it is an I/O error that says the object was stored.)
+                if let error = error as? StoreError, !error.isStoredNotDurable { issue("an I/O fault reported as \(error)") }
                 if case .interruptOnce = fault { issue("EINTR was not retried: \(error)") }
                 if case .shortWrite = fault { issue("a short write was not continued: \(error)") }
             } else {
@@ -439,8 +441,8 @@ private func errorKind(_ error: any Error) -> String? {
                 issue("namespace unreadable: \(error)")
                 continue
             }
-            if run.error == nil {
-                if now != after { issue("succeeded, but the namespace is not the new one: \(differences(now, after))") }
+            if run.error == nil || (run.error as? StoreError)?.isStoredNotDurable == true {
+                if now != after { issue("\(run.error == nil ? "succeeded" : "stored"), but the namespace is not the new one: \(differences(now, after))") }
             } else if operation.perObject {
                 for key in Set(now.keys).union(before.keys).union(after.keys) where now[key] != before[key] && now[key] != after[key] {
                     issue("\(key) is neither old nor new: \(now[key] ?? "absent")")
@@ -704,6 +706,7 @@ private func scratchDirectory() -> String {
 /// Whether `error` is a failed fsync of a directory (or the open for it),
 /// which, after a rename, leaves the rename's outcome to a crash.
 private func isDirectorySyncFailure(_ error: any Error) -> Bool {
+    if (error as? StoreError)?.isStoredNotDurable == true { return true }
     guard let error = error as? IOError, error.operation == "fsync" || error.operation == "open" else { return false }
     var isDirectory: ObjCBool = false
     return FileManager.default.fileExists(atPath: error.path, isDirectory: &isDirectory) && isDirectory.boolValue

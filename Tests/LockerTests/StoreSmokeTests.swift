@@ -46,14 +46,22 @@ import Synchronization
         keys.statusFails.withLock { $0 = true }
         try store.remove(StorePath("/removed"))
         try store.setClass(StorePath("/reclassed"), to: .complete)
-        // The new version is stored; only the report after it, which asks
-        // the device for its status, fails.
+        // A put asks for the status (for its report) before it commits:
+        // without it, nothing is stored and the entry stays.
         #expect(throws: DeviceError.integrity("status")) {
             try store.put(StorePath("/replaced"), bytes: [4], protection: .completeUnlessOpen)
         }
+        var replaced: [UInt8] = []
+        try store.read(StorePath("/replaced")) { replaced.append(contentsOf: $0) }
+        #expect(replaced == [1, 2, 3])
+        #expect(try device.status().openObjects.count == 1)
+        // With that answer, the put commits; the replaced object's entry is
+        // closed though the device cannot list its open objects after.
+        keys.statusAnswersFirst.withLock { $0 = 1 }
+        try store.put(StorePath("/replaced"), bytes: [4], protection: .completeUnlessOpen)
         keys.statusFails.withLock { $0 = false }
         #expect(try device.status().openObjects.isEmpty)
-        var replaced: [UInt8] = []
+        replaced = []
         try store.read(StorePath("/replaced")) { replaced.append(contentsOf: $0) }
         #expect(replaced == [4])
         guard case .object(let reclassed) = try store.stat(StorePath("/reclassed")).kind else {
@@ -218,6 +226,85 @@ import Synchronization
         for directory in [root, root + "/new", root + "/new/store"] {
             #expect(paths.contains(directory), "\(directory) not synced: \(paths)")
         }
+    }
+
+    /// A put whose only failure is the sync of its directory after the
+    /// commit says that the object was stored (and which), not a bare
+    /// I/O error: the new version is in place and readable, an object
+    /// put with `keepOpen` stays open, and the replaced data file stays
+    /// (as garbage) until a sync has made the new name durable.
+    @Test func aPutWhoseDirectorySyncFailsAfterTheCommitSaysItWasStored() throws {
+        let root = NSTemporaryDirectory() + "lks-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let opened = Mutex<[Int32: String]>([:])
+        let failNamespaceDirectorySync = Mutex(false)
+        var syscalls = Syscalls.system
+        let (open, fsync) = (syscalls.open, syscalls.fsync)
+        syscalls.open = { path, flags, mode in
+            let fd = open(path, flags, mode)
+            if fd >= 0 { opened.withLock { $0[fd] = path } }
+            return fd
+        }
+        syscalls.fsync = { fd in
+            let path = opened.withLock { $0[fd] } ?? ""
+            var isDirectory: ObjCBool = false
+            let inNamespace = path.hasPrefix(root + "/s/ns/") && FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory)
+                && isDirectory.boolValue
+            if inNamespace, failNamespaceDirectorySync.withLock({ $0 }) {
+                errno = EIO
+                return -1
+            }
+            return fsync(fd)
+        }
+        let store = try Store.embedded(
+            storeDirectory: root + "/s", deviceDirectory: root + "/d", passcode: nil,
+            options: .init(passcodeCost: .fixed(logN: 10)), storeOptions: .init(fileSystem: FileSystem(syscalls: syscalls)))
+        func put(_ path: String, _ bytes: [UInt8], keepOpen: Bool = false) throws {
+            var offset = 0
+            try store.put(StorePath(path), protection: .completeUnlessOpen, keepOpen: keepOpen) { buffer in
+                let n = min(buffer.count, bytes.count - offset)
+                buffer.copyBytes(from: bytes[offset..<(offset + n)])
+                offset += n
+                return n
+            }
+        }
+        func contents(_ path: String) throws -> [UInt8] {
+            var out: [UInt8] = []
+            try store.read(StorePath(path)) { out += $0 }
+            return out
+        }
+        func dataFiles() throws -> Set<String> { Set(try FileManager.default.contentsOfDirectory(atPath: root + "/s/data")) }
+        // Incompressible, so that it takes a data file.
+        var generator = SystemRandomNumberGenerator()
+        let large = (0..<(2 * ObjectHeader.maxInlineDataLength)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        try store.makeDirectory(StorePath("/d"))
+        try put("/d/small", Array("old".utf8))
+        try put("/d/large", large.reversed())
+        let oldData = try dataFiles()
+        try #require(oldData.count == 1)
+
+        failNamespaceDirectorySync.withLock { $0 = true }
+        let expected = StoreError.storedNotDurable(path: "/d/small", reason: String(cString: strerror(EIO)))
+        #expect(throws: expected) { try put("/d/small", Array("new".utf8), keepOpen: true) }
+        #expect(throws: StoreError.storedNotDurable(path: "/d/large", reason: String(cString: strerror(EIO)))) {
+            try put("/d/large", large)
+        }
+        failNamespaceDirectorySync.withLock { $0 = false }
+
+        #expect(try contents("/d/small") == Array("new".utf8))
+        #expect(try contents("/d/large") == large)
+        guard case .object(let small) = try store.stat(StorePath("/d/small")).kind else {
+            Issue.record("/d/small is not an object")
+            return
+        }
+        #expect(try store.device?.status().openObjects.map(\.id) == [small.objectID])
+        // The old data file stays beside the new one until a repair.
+        #expect(try dataFiles().isSuperset(of: oldData))
+        #expect(try dataFiles().count == 2)
+
+        // Control: with the disk mended, the same put succeeds.
+        try put("/d/small", Array("again".utf8))
+        #expect(try contents("/d/small") == Array("again".utf8))
     }
 
     /// A store on a fresh device, removed at the end of `body`.
