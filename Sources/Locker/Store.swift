@@ -64,6 +64,7 @@ public final class Store: @unchecked Sendable {
         metadata = try MetadataKeys(metadataKey: keys.metadataKey())
         try fs.createDirectory(path, mode: 0o700, durable: true)
         try fs.createDirectory(dataDirectory, mode: 0o700, durable: true)
+        try Self.checkLayout(path, fileSystem: fs)
         // Only a root record that is certainly missing is created: one that
         // could not be looked at is not replaced.
         if try fs.status(namespaceRoot + "/.dir") == nil {
@@ -91,6 +92,32 @@ public final class Store: @unchecked Sendable {
 
     /// The names a store directory holds besides temporaries.
     static let layoutNames: Set<String> = ["ns", "data", "lock", "staging", "move.intent"]
+
+    /// Checks that the store's own entries are what a store makes: `ns`
+    /// and `data` directories, and `lock`, `staging` and `move.intent`
+    /// regular files, where present, none of them a symbolic link. Every
+    /// read, write and removal of the store goes through these names, so
+    /// a link planted at `data` would send them, `verify --repair`'s
+    /// removals included, wherever it leads. Throws
+    /// ``StoreError/damagedLayout(path:what:)``, having followed nothing.
+    static func checkLayout(_ path: String, fileSystem fs: FileSystem) throws {
+        for (name, isDirectory) in [("ns", true), ("data", true), ("lock", false), ("staging", false), ("move.intent", false)] {
+            let entry = path + "/" + name
+            guard let status = try fs.status(entry) else { continue }
+            if status.mode & UInt32(S_IFMT) == UInt32(S_IFLNK) {
+                throw StoreError.damagedLayout(path: entry, what: "is a symbolic link")
+            }
+            if isDirectory, !status.isDirectory { throw StoreError.damagedLayout(path: entry, what: "is not a directory") }
+            if !isDirectory, !status.isRegularFile { throw StoreError.damagedLayout(path: entry, what: "is not a regular file") }
+        }
+    }
+
+    /// Whether `name` is one a data file is given (``dataPath(_:)``):
+    /// anything else in `data/` is not the store's to remove.
+    static func isDataFileName(_ name: String) -> Bool {
+        name.utf8.count == 2 * ObjectHeader.objectIDByteCount
+            && name.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
+    }
 
     /// The temporaries of an atomic replace of a layout file.
     static func isLayoutTemporary(_ name: String) -> Bool {

@@ -25,6 +25,11 @@ public enum StoreError: Error, Equatable, Sendable {
     /// objects in it"). Running the command again once the other has ended
     /// settles it.
     case changedMeanwhile(path: String, what: String)
+    /// One of the store's own entries (`ns`, `data`, `lock`, `staging`,
+    /// `move.intent`) at `path` is not what a store makes there: `what`
+    /// says what it is instead (a symbolic link, not a directory, …).
+    /// Nothing was read, written or removed through it.
+    case damagedLayout(path: String, what: String)
     /// The object at `path` was stored: its new version is in place and
     /// readable. But the sync that makes its name durable failed
     /// (`reason`, the system's), so a crash may yet take it back to its

@@ -139,6 +139,12 @@ extension Store {
         let structureIntact = report.damaged.isEmpty
         for name in (try? fs.contentsOfDirectory(dataDirectory)) ?? [] {
             let fsPath = dataDirectory + "/" + name
+            // A name no data file is given was put there by something
+            // else: not the store's to remove, whatever it holds.
+            guard Self.isDataFileName(name) else {
+                report.notChecked.append(.init(location: relative(fsPath), reason: "not a data file's name: left as it is"))
+                continue
+            }
             guard referenced[name] == nil, !DataFile.isInUse(fsPath, fileSystem: fs) else { continue }
             if structureIntact {
                 report.garbage.append(relative(fsPath))

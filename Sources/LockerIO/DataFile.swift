@@ -235,9 +235,11 @@ public final class FileLock {
     }
 
     /// The store-wide lock, held while the namespace changes, on the file
-    /// at `path` (created if missing). Blocks until held.
+    /// at `path` (created if missing). Blocks until held. Like every lock
+    /// here, never taken through a symbolic link at `path` (ELOOP): a
+    /// planted link would have it create a file wherever it leads.
     public static func store(path: String, fileSystem: FileSystem) throws -> FileLock {
-        try FileLock(path: path, flags: O_RDWR | O_CREAT | O_CLOEXEC, operation: LOCK_EX, fileSystem: fileSystem)
+        try FileLock(path: path, flags: O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, operation: LOCK_EX, fileSystem: fileSystem)
     }
 
     /// A batch writer's share of the staging lock on the file at `path`
@@ -245,7 +247,7 @@ public final class FileLock {
     /// are not locked one by one. Blocks while ``stagingIfIdle(path:fileSystem:)``
     /// holds it.
     public static func staging(path: String, fileSystem: FileSystem) throws -> FileLock {
-        try FileLock(path: path, flags: O_RDWR | O_CREAT | O_CLOEXEC, operation: LOCK_SH, fileSystem: fileSystem)
+        try FileLock(path: path, flags: O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, operation: LOCK_SH, fileSystem: fileSystem)
     }
 
     /// The staging lock at `path` held exclusively, if no batch writer
@@ -253,7 +255,7 @@ public final class FileLock {
     /// held no batch begins.
     public static func stagingIfIdle(path: String, fileSystem: FileSystem) throws -> FileLock? {
         do {
-            return try FileLock(path: path, flags: O_RDWR | O_CREAT | O_CLOEXEC, operation: LOCK_EX | LOCK_NB, fileSystem: fileSystem)
+            return try FileLock(path: path, flags: O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, operation: LOCK_EX | LOCK_NB, fileSystem: fileSystem)
         } catch let error as IOError where error.errno == EWOULDBLOCK {
             return nil
         }

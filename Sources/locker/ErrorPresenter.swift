@@ -220,6 +220,9 @@ enum ErrorPresenter {
             return (.failure, "\(path) is not a Locker store: \(why)", "give --store an empty or new directory")
         case .changedMeanwhile(let path, let what):
             return (.failure, "\(path) changed while this command ran: another command \(what)", "run the command again once the other one has ended")
+        case .damagedLayout(let path, let what):
+            return (.integrity, "the store is damaged: \(path) \(what), where the store keeps its own",
+                    "nothing was read, written or removed through it; restore the store from a copy")
         case .storedNotDurable(let path, let reason):
             return (.failure, "cannot make \(path) durable (it was stored, but a crash may lose it): \(reason)",
                     "storing it again once the disk's fault is mended makes sure of it")

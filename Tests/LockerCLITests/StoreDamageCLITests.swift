@@ -577,6 +577,81 @@ struct StoreDamageCLITests {
         }
     }
 
+    /// A symbolic link planted at one of the store's own entries (`data`,
+    /// `ns`, `lock`) is damage to the store: every command refuses it
+    /// (65) and reads, writes and removes nothing through it, so that
+    /// `verify --repair` cannot be sent to remove what the link leads to.
+    /// A file in `data/` under a name no data file is given is left as
+    /// it is, by `verify --repair` too.
+    @Test func linksAtTheStoresOwnEntriesAreRefusedAndNothingOutsideIsTouched() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let big = pseudoRandomBytes(300_000, seed: 31)
+            let (bigData, _) = try f.putTracked("/big", big)
+            let fm = FileManager.default
+            let victim = f.root + "/victim"
+            try fm.createDirectory(atPath: victim + "/sub", withIntermediateDirectories: true)
+            try writeBytes(Data("precious".utf8), to: victim + "/notes.txt")
+            func victimContents() throws -> [String] { try fm.subpathsOfDirectory(atPath: victim).sorted() }
+            let source = f.root + "/new-file"
+            try writeBytes(Data("new".utf8), to: source)
+            let planted = f.root + "/planted"
+
+            func expectRefused(_ entry: String, _ what: String) throws {
+                let before = try victimContents()
+                for arguments in [["get", "/big", "-"], ["ls", "/"], ["verify", "--repair"], ["put", source, "/new"], ["rm", "/big"]] {
+                    let r = try f.raw(arguments)
+                    #expect(r.status == 65, "\(entry) \(arguments): \(r)")
+                    #expect(r.stderr.hasPrefix("locker: error: the store is damaged: \(f.store)/\(entry) \(what), where the store keeps its own\n"),
+                            "\(entry) \(arguments): \(r)")
+                    #expect(r.stdout.isEmpty, "\(entry) \(arguments)")
+                }
+                #expect(try victimContents() == before, "\(entry)")
+                #expect(try fileBytes(victim + "/notes.txt") == Data("precious".utf8))
+                #expect(!fm.fileExists(atPath: planted), "\(entry)")
+            }
+
+            // data/ moved into the victim's directory, and a link to it.
+            let dataName = (bigData as NSString).lastPathComponent
+            try fm.moveItem(atPath: bigData, toPath: victim + "/" + dataName)
+            try fm.removeItem(atPath: f.store + "/data")
+            #expect(symlink(victim, f.store + "/data") == 0)
+            try expectRefused("data", "is a symbolic link")
+            try fm.removeItem(atPath: f.store + "/data")
+            try fm.createDirectory(atPath: f.store + "/data", withIntermediateDirectories: false)
+            try fm.moveItem(atPath: victim + "/" + dataName, toPath: bigData)
+            // The lock: a link to where no file is yet.
+            try? fm.removeItem(atPath: f.store + "/lock")
+            #expect(symlink(planted, f.store + "/lock") == 0)
+            try expectRefused("lock", "is a symbolic link")
+            try fm.removeItem(atPath: f.store + "/lock")
+            // ns/ as a link to a copy of itself.
+            try fm.moveItem(atPath: f.store + "/ns", toPath: f.root + "/ns-copy")
+            #expect(symlink(f.root + "/ns-copy", f.store + "/ns") == 0)
+            try expectRefused("ns", "is a symbolic link")
+            try fm.removeItem(atPath: f.store + "/ns")
+            try fm.moveItem(atPath: f.root + "/ns-copy", toPath: f.store + "/ns")
+            // data/ as a file.
+            try fm.moveItem(atPath: f.store + "/data", toPath: f.root + "/data-aside")
+            try writeBytes(Data(), to: f.store + "/data")
+            try expectRefused("data", "is not a directory")
+            try fm.removeItem(atPath: f.store + "/data")
+            try fm.moveItem(atPath: f.root + "/data-aside", toPath: f.store + "/data")
+            #expect(try f.raw(["get", "/big", "-"]).stdout == big)
+
+            // Someone else's file in data/: not a data file, not removed.
+            try writeBytes(Data("mine".utf8), to: f.store + "/data/notes.txt")
+            try fm.createDirectory(atPath: f.store + "/data/folder", withIntermediateDirectories: false)
+            let repair = try f.ok(["verify", "--repair"])
+            #expect(repair.stdout.contains("not checked: data/notes.txt: not a data file's name: left as it is"), "\(repair)")
+            #expect(repair.stdout.contains("not checked: data/folder: not a data file's name: left as it is"), "\(repair)")
+            #expect(!repair.stdout.contains("removed:"), "\(repair)")
+            #expect(try fileBytes(f.store + "/data/notes.txt") == Data("mine".utf8))
+            #expect(fm.fileExists(atPath: f.store + "/data/folder"))
+            #expect(try f.raw(["get", "/big", "-"]).stdout == big)
+        }
+    }
+
     @Test func headersCopiedOverOtherObjects() throws {
         try withStoreFixture { f in
             try f.initialize()
