@@ -366,26 +366,21 @@ public final class Device: @unchecked Sendable {
 
     /// Checks a passcode against the counter and the keybag. Counts a
     /// failure before the expensive check, so that killing the process
-    /// mid-check cannot be used to guess for free.
+    /// mid-check cannot be used to guess for free. A repeat of the last
+    /// wrong passcode is recognized only after scrypt and a failed unwrap,
+    /// by a tag derived from the passcode key: the stored tag tests a guess
+    /// no faster than the keybag does, and can never refuse the right
+    /// passcode.
     /// Returns the passcode key on success.
     private func verifyPasscode(_ passcode: SecretBytes, keybag: Keybag) throws -> SecretBytes {
-        var record = try directory.readRecord(macKey: keys.recordMACKey)
+        let before = try directory.readRecord(macKey: keys.recordMACKey)
         let now = clock.now()
-        let attempts = Int(record.failedAttempts)
-        if let next = PasscodePolicy.nextAttempt(failedAttempts: attempts, lastFailure: Double(record.lastFailureTime)),
+        let attempts = Int(before.failedAttempts)
+        if let next = PasscodePolicy.nextAttempt(failedAttempts: attempts, lastFailure: Double(before.lastFailureTime)),
            now < next {
             throw DeviceError.lockedOut(failedAttempts: attempts, until: next)
         }
-        // The tag of the right passcode would test guesses without scrypt:
-        // it is wiped on every path, and kept only if the passcode is wrong.
-        var tag = try passcode.withUnsafeBytes { try HMAC.authenticationCode(for: $0, key: keys.wrongPasscodeKey) }
-        defer { SecretBytes.wipe(&tag) }
-        if attempts > 0, constantTimeEquals(tag, record.lastWrongPasscodeTag) {
-            throw DeviceError.wrongPasscode(
-                failedAttempts: attempts,
-                nextAttemptAt: PasscodePolicy.nextAttempt(failedAttempts: attempts, lastFailure: Double(record.lastFailureTime)))
-        }
-        let before = record
+        var record = before
         // Saturates: a record at the top of the range stays locked out.
         record.failedAttempts = record.failedAttempts == .max ? .max : record.failedAttempts + 1
         record.lastFailureTime = Int64(now.rounded(.down))
@@ -400,6 +395,16 @@ public final class Device: @unchecked Sendable {
             cleared.lastWrongPasscodeTag = [UInt8](repeating: 0, count: 32)
             try directory.writeRecord(cleared, macKey: keys.recordMACKey)
             return passcodeKey
+        }
+        var tag = try Self.wrongPasscodeTag(passcodeKey: passcodeKey)
+        defer { SecretBytes.wipe(&tag) }
+        if attempts > 0, constantTimeEquals(tag, before.lastWrongPasscodeTag) {
+            // The last wrong passcode again: it counts once, so the record
+            // goes back to what it was before this attempt.
+            try directory.writeRecord(before, macKey: keys.recordMACKey)
+            throw DeviceError.wrongPasscode(
+                failedAttempts: attempts,
+                nextAttemptAt: PasscodePolicy.nextAttempt(failedAttempts: attempts, lastFailure: Double(before.lastFailureTime)))
         }
         record.lastWrongPasscodeTag = tag
         try directory.writeRecord(record, macKey: keys.recordMACKey)
@@ -710,6 +715,14 @@ public final class Device: @unchecked Sendable {
                                                outputByteCount: 32)
         return try HKDF.deriveKey(inputKeyMaterial: stretched, secretSalt: keys.passcodeTangle,
                                   info: Array("locker v1 passcode key".utf8), outputByteCount: 32)
+    }
+
+    /// The record's tag of a wrong passcode. It derives from the passcode
+    /// key, so testing a guess against it costs a scrypt and needs `uid`.
+    static func wrongPasscodeTag(passcodeKey: SecretBytes) throws -> [UInt8] {
+        let tag = try HKDF.deriveKey(inputKeyMaterial: passcodeKey, info: Array("locker v1 wrong passcode tag".utf8),
+                                     outputByteCount: 32)
+        return tag.withUnsafeBytes { Array($0) }
     }
 
     static func classKEK(_ cls: ProtectionClass, passcodeKey: SecretBytes) throws -> SecretBytes {

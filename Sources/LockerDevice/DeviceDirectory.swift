@@ -173,8 +173,6 @@ struct DeviceKeys {
     let recordMACKey: SecretBytes
     /// Tangles the passcode with the device (HKDF salt).
     let passcodeTangle: SecretBytes
-    /// MACs a wrong passcode so a repeat is recognized.
-    let wrongPasscodeKey: SecretBytes
     /// Seals the keybag; gone with the effaceable key.
     let keybagSealKey: SecretBytes?
     /// Encrypts names and metadata in the store; gone with the effaceable
@@ -189,7 +187,6 @@ struct DeviceKeys {
         classDKEK = try derive(uid, "class D kek")
         recordMACKey = try derive(uid, "device record mac")
         passcodeTangle = try derive(uid, "passcode tangle")
-        wrongPasscodeKey = try derive(uid, "wrong passcode tag")
         if let effaceable {
             // Both the UID and the effaceable key go in: a keybag or name
             // can only be opened on this device, and never after a wipe.

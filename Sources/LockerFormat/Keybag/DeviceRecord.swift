@@ -12,7 +12,8 @@ public struct DeviceRecord: Sendable, Equatable {
     public var failedAttempts: UInt32
     /// When the last failed attempt happened, in seconds since 1970.
     public var lastFailureTime: Int64
-    /// A MAC of the last wrong passcode, so that repeating it is not
+    /// A tag of the last wrong passcode, derived from its passcode key
+    /// (docs/format.md, "Wrong passcode tag"), so that repeating it is not
     /// counted again; all zero when there is none.
     public var lastWrongPasscodeTag: [UInt8]
     /// The generation of the current keybag. An older keybag is a
