@@ -188,6 +188,17 @@ public final class AgentClient: KeyService {
             case .frame(let payload):
                 var r = ByteReader(payload)
                 let event: ProtectionEvent
+                // The watch ends with an error when the device is wiped.
+                if payload.first == WireFormat.ResponseKind.error.rawValue {
+                    _ = try r.readUInt8()
+                    let error: any Error
+                    do {
+                        error = try WireFormat.decodeError(&r)
+                    } catch {
+                        throw AgentError.protocolViolation
+                    }
+                    throw error
+                }
                 do {
                     guard try r.readUInt8() == WireFormat.ResponseKind.event.rawValue else { throw WireFormat.Malformed() }
                     event = try WireFormat.event(code: try r.readUInt8())

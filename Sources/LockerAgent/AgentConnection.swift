@@ -183,11 +183,16 @@ final class AgentConnection: @unchecked Sendable {
     // MARK: Watch
 
     /// Streams protection events until the client closes, sends anything,
-    /// or the device shuts down.
+    /// or the device shuts down. A wiped device, which has no event to
+    /// come, is refused (`DeviceError.wiped`), and a wipe during the watch
+    /// ends it with that error after its last event.
     private func watch() {
         let stream: AsyncStream<ProtectionEvent>
+        let device: Device
         do {
-            stream = try core.device().events()
+            device = try core.device()
+            if device.state == .wiped { throw DeviceError.wiped }
+            stream = device.events()
         } catch {
             _ = send(WireFormat.encodeError(error))
             return
@@ -195,9 +200,12 @@ final class AgentConnection: @unchecked Sendable {
         guard send([WireFormat.ResponseKind.ok.rawValue]) else { return }
         let finished = DispatchSemaphore(value: 0)
         let pump = Task {
+            var delivered = true
             for await event in stream {
-                guard self.send([WireFormat.ResponseKind.event.rawValue, WireFormat.eventCode(event)]) else { break }
+                delivered = self.send([WireFormat.ResponseKind.event.rawValue, WireFormat.eventCode(event)])
+                guard delivered else { break }
             }
+            if delivered, device.state == .wiped { _ = self.send(WireFormat.encodeError(DeviceError.wiped)) }
             // Stream over (shutdown) or the peer is gone: wake the reader.
             _ = shutdown(self.fd, Int32(SHUT_RDWR))
             finished.signal()

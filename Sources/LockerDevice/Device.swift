@@ -184,6 +184,11 @@ public final class Device: @unchecked Sendable {
             classKeys.removeAll()
             openObjects.removeAll()
         }
+        finishEvents()
+    }
+
+    /// Ends every event stream: no event follows a shutdown or a wipe.
+    private func finishEvents() {
         let continuations = delivery.withLock {
             eventQueue.withLock { queue in
                 defer { queue = EventQueue() }
@@ -269,7 +274,8 @@ public final class Device: @unchecked Sendable {
         }
     }
 
-    /// Protection events, from now on, until shutdown.
+    /// Protection events, from now on, until shutdown or a wipe (after
+    /// which none can come: the stream of a wiped device ends at once).
     public func events() -> AsyncStream<ProtectionEvent> {
         let (stream, continuation) = AsyncStream<ProtectionEvent>.makeStream(bufferingPolicy: .bufferingNewest(64))
         let id = UUID()
@@ -278,6 +284,8 @@ public final class Device: @unchecked Sendable {
             _ = self.eventQueue.withLock { $0.subscribers.removeValue(forKey: id) }
         }
         eventQueue.withLock { $0.subscribers[id] = continuation }
+        // After subscribing: a wipe from now on finishes it as well.
+        if state == .wiped { continuation.finish() }
         return stream
     }
 
@@ -292,6 +300,8 @@ public final class Device: @unchecked Sendable {
     /// Sends queued events to every subscriber. Never called with `lock`
     /// held.
     private func deliverEvents() {
+        // A wipe's last event is delivered, then every stream ends.
+        defer { if state == .wiped { finishEvents() } }
         delivery.withLock {
             let (batch, targets) = eventQueue.withLock { queue in
                 defer { queue.pending.removeAll() }

@@ -571,19 +571,9 @@ struct CLITests {
             try f.initialize()
             let watch = try BackgroundRun(f, ["watch"])
             defer { watch.stop() }
-
-            // watch prints nothing until an event, so it cannot say when it
-            // has subscribed: lock until an event shows up.
             let will = "protectedDataWillBecomeUnavailable"
             let did = "protectedDataDidBecomeAvailable"
-            var seen = false
-            for _ in 0..<10 where !seen {
-                let lock = try f.run(["lock", "--now"])
-                #expect(lock.status == 0, "\(lock)")
-                seen = watch.waitForOutput(seconds: 1) { $0.contains(will) }
-                if !seen { try f.run(["unlock", "--passcode-stdin"], stdin: "1234\n") }
-            }
-            #expect(seen, "watch printed no \(will): \(watch.text)")
+            try Self.lockUntilWatched(f, watch)
 
             let unlock = try f.run(["unlock", "--passcode-stdin"], stdin: "1234\n")
             #expect(unlock.status == 0, "\(unlock)")
@@ -600,6 +590,49 @@ struct CLITests {
             #expect(reboot.status == 0, "\(reboot)")
             let status = watch.waitForExit(seconds: 10)
             #expect(status == 0, "watch did not end cleanly on reboot (status \(String(describing: status)))")
+        }
+    }
+
+    /// watch prints nothing until an event, so it cannot say when it has
+    /// subscribed: locks (and unlocks again) until an event shows up.
+    /// Leaves the device locked.
+    static func lockUntilWatched(_ f: CLIFixture, _ watch: BackgroundRun) throws {
+        let will = "protectedDataWillBecomeUnavailable"
+        var seen = false
+        for _ in 0..<10 where !seen {
+            let lock = try f.run(["lock", "--now"])
+            #expect(lock.status == 0, "\(lock)")
+            seen = watch.waitForOutput(seconds: 1) { $0.contains(will) }
+            if !seen { try f.run(["unlock", "--passcode-stdin"], stdin: "1234\n") }
+        }
+        #expect(seen, "watch printed no \(will): \(watch.text)")
+    }
+
+    /// A wiped device has no event to come: a watch running when it is
+    /// wiped prints the wipe's event and ends with the wiped error
+    /// (exit 1), and a watch started on a wiped device ends at once with
+    /// it, where it waited for ever.
+    @Test func watchEndsWhenTheDeviceIsWiped() throws {
+        try withFixture { f in
+            try f.initialize()
+            let errors = f.root + "/watch-errors"
+            let watch = try BackgroundRun(f, ["watch"], stderr: errors)
+            defer { watch.stop() }
+            try Self.lockUntilWatched(f, watch)
+            try f.run(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            let wipe = try f.run(["wipe", "--yes"])
+            #expect(wipe.status == 0, "\(wipe)")
+            #expect(watch.waitForExit(seconds: 10) == 1, "watch did not end with 1 on the wipe: \(watch.text)")
+            #expect(watch.text.split(separator: "\n").last?.hasSuffix("protectedDataWillBecomeUnavailable") == true, "\(watch.text)")
+            let stderr = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+            #expect(stderr.hasPrefix("locker: error: this device was wiped"), "\(stderr)")
+
+            let again = try f.run(["watch"], timeout: 10)
+            #expect(again.status == 1, "\(again)")
+            #expect(again.stderr.hasPrefix("locker: error: this device was wiped"), "\(again)")
+            #expect(again.stdout.isEmpty, "\(again)")
+            let json = try f.run(["watch", "--json"], timeout: 10)
+            #expect(json.status == 1, "\(json)")
         }
     }
 
