@@ -188,16 +188,11 @@ public final class AgentClient: KeyService {
             case .frame(let payload):
                 var r = ByteReader(payload)
                 let event: ProtectionEvent
-                // The watch ends with an error when the device is wiped.
-                if payload.first == WireFormat.ResponseKind.error.rawValue {
-                    _ = try r.readUInt8()
-                    let error: any Error
-                    do {
-                        error = try WireFormat.decodeError(&r)
-                    } catch {
-                        throw AgentError.protocolViolation
-                    }
-                    throw error
+                // The watch ends with the device's error when it is wiped;
+                // no other error belongs here.
+                if payload.first == WireFormat.ResponseKind.error.rawValue,
+                   case .failure(let error) = Connection.decodeReply(payload, { _ in }) {
+                    throw error as? DeviceError ?? AgentError.protocolViolation
                 }
                 do {
                     guard try r.readUInt8() == WireFormat.ResponseKind.event.rawValue else { throw WireFormat.Malformed() }
@@ -595,7 +590,7 @@ final class Connection {
 
     /// Decodes in its own scope so that the reader's reference to the
     /// payload is gone before the caller wipes it.
-    private static func decodeReply(_ payload: [UInt8], _ body: (inout ByteReader) throws -> Void) -> Result<Void, any Error> {
+    static func decodeReply(_ payload: [UInt8], _ body: (inout ByteReader) throws -> Void) -> Result<Void, any Error> {
         var r = ByteReader(payload)
         do {
             switch try r.readUInt8() {

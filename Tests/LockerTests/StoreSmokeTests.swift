@@ -205,18 +205,10 @@ import Synchronization
         let root = NSTemporaryDirectory() + "lks-" + UUID().uuidString.prefix(8)
         defer { try? FileManager.default.removeItem(atPath: root) }
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: false)
-        let opened = Mutex<[Int32: String]>([:])
         let synced = Mutex<[String]>([])
-        var syscalls = Syscalls.system
-        let (open, fsync) = (syscalls.open, syscalls.fsync)
-        syscalls.open = { path, flags, mode in
-            let fd = open(path, flags, mode)
-            if fd >= 0 { opened.withLock { $0[fd] = path } }
-            return fd
-        }
-        syscalls.fsync = { fd in
-            if let path = opened.withLock({ $0[fd] }) { synced.withLock { $0.append(path) } }
-            return fsync(fd)
+        let syscalls = Self.syscalls { path, sync in
+            if let path { synced.withLock { $0.append(path) } }
+            return sync()
         }
         let store = try Store.embedded(
             storeDirectory: root + "/new/store", deviceDirectory: root + "/new/device", passcode: nil,
@@ -236,17 +228,9 @@ import Synchronization
     @Test func aPutWhoseDirectorySyncFailsAfterTheCommitSaysItWasStored() throws {
         let root = NSTemporaryDirectory() + "lks-" + UUID().uuidString.prefix(8)
         defer { try? FileManager.default.removeItem(atPath: root) }
-        let opened = Mutex<[Int32: String]>([:])
         let failNamespaceDirectorySync = Mutex(false)
-        var syscalls = Syscalls.system
-        let (open, fsync) = (syscalls.open, syscalls.fsync)
-        syscalls.open = { path, flags, mode in
-            let fd = open(path, flags, mode)
-            if fd >= 0 { opened.withLock { $0[fd] = path } }
-            return fd
-        }
-        syscalls.fsync = { fd in
-            let path = opened.withLock { $0[fd] } ?? ""
+        let syscalls = Self.syscalls { path, sync in
+            let path = path ?? ""
             var isDirectory: ObjCBool = false
             let inNamespace = path.hasPrefix(root + "/s/ns/") && FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory)
                 && isDirectory.boolValue
@@ -254,7 +238,7 @@ import Synchronization
                 errno = EIO
                 return -1
             }
-            return fsync(fd)
+            return sync()
         }
         let store = try Store.embedded(
             storeDirectory: root + "/s", deviceDirectory: root + "/d", passcode: nil,
@@ -305,6 +289,22 @@ import Synchronization
         // Control: with the disk mended, the same put succeeds.
         try put("/d/small", Array("again".utf8))
         #expect(try contents("/d/small") == Array("again".utf8))
+    }
+
+    /// The system's calls, each `fsync` handed to `fsync` with the path
+    /// its descriptor was opened at through this table (nil if it was
+    /// not) and the call itself, to make or not.
+    static func syscalls(fsync hook: @escaping @Sendable (_ path: String?, _ sync: () -> Int32) -> Int32) -> Syscalls {
+        let opened = Mutex<[Int32: String]>([:])
+        var syscalls = Syscalls.system
+        let (open, fsync) = (syscalls.open, syscalls.fsync)
+        syscalls.open = { path, flags, mode in
+            let fd = open(path, flags, mode)
+            if fd >= 0 { opened.withLock { $0[fd] = path } }
+            return fd
+        }
+        syscalls.fsync = { fd in hook(opened.withLock { $0[fd] }) { fsync(fd) } }
+        return syscalls
     }
 
     /// A store on a fresh device, removed at the end of `body`.
