@@ -478,9 +478,15 @@ public final class Device: @unchecked Sendable {
     /// under `newPasscode` and keeps D. Objects of older generations fail
     /// with ``DeviceError/keyReset(_:)`` from then on. Leaves the device
     /// unlocked.
+    ///
+    /// A device without a passcode has none to forget, so it throws
+    /// ``DeviceError/noPasscode`` and changes nothing: a reset there would
+    /// only make every A, B and C object unreadable, which `changePasscode`
+    /// would keep.
     public func reset(newPasscode: SecretBytes?) throws {
         try transition {
             guard currentState != .wiped, let keybag else { throw DeviceError.wiped }
+            guard keybag.hasPasscode else { throw DeviceError.noPasscode }
             let kdf = try Keybag.PasscodeKDF(logN: Self.calibratedLogN(passcodeCost), r: 8, p: 1, salt: SecureRandom.bytes(32))
             let passcodeKey = try Self.derivePasscodeKey(newPasscode, kdf: kdf, keys: keys)
             var updated = keybag

@@ -393,6 +393,14 @@ struct Reset: ParsableCommand {
 
     func run() throws {
         let client = try global.client()
+        // Asked before the prompt, so that nobody types a new passcode twice
+        // only to be refused; the device refuses again itself.
+        let before = try client.status()
+        if before.state == .wiped { throw DeviceError.wiped }
+        guard before.passcodeSet else {
+            throw CommandFailure(.failure, "this device has no passcode, so there is none to reset; reset would only make class A, B and C objects unreadable",
+                                 hint: "'locker passwd' sets a passcode and keeps every object readable; 'locker wipe --yes' erases everything")
+        }
         let passcode = try PasscodeInput(fromStandardInput: passcodeStdin)
             .read(prompt: "New passcode: ", confirm: true, expected: .newPasscode)
         try client.reset(newPasscode: passcode)

@@ -287,6 +287,38 @@ struct CLITests {
         }
     }
 
+    @Test func resetRefusesADeviceWithoutAPasscodeAndKeepsItsObjects() throws {
+        try withFixture { f in
+            try f.ok(["init", "--no-passcode"])
+            for cls in ["complete", "completeUnlessOpen", "completeUntilFirstUserAuthentication", "none"] {
+                try f.ok(["put", "-", "/\(cls)", "--class", cls], stdin: "kept \(cls)\n")
+            }
+            // Refused before any passcode is read: nothing of stdin is taken.
+            let reset = try f.run(["reset", "--yes"], stdin: "9999\n9999\n")
+            #expect(reset.status == 1, "\(reset)")
+            #expect(reset.stdout.isEmpty, "\(reset)")
+            #expect(reset.stderr == """
+                locker: error: this device has no passcode, so there is none to reset; reset would only make class A, B and C objects unreadable
+                locker: hint: 'locker passwd' sets a passcode and keeps every object readable; 'locker wipe --yes' erases everything
+
+                """, "\(reset)")
+            #expect(reset.stdinBytesRead == 0, "reset read \(reset.stdinBytesRead) bytes of stdin")
+            let s = try f.status()
+            #expect(s.keyGeneration == 1)
+            #expect(!s.passcodeSet)
+            for cls in ["complete", "completeUnlessOpen", "completeUntilFirstUserAuthentication", "none"] {
+                let get = try f.run(["get", "/\(cls)"])
+                #expect(get.status == 0 && get.stdout == "kept \(cls)\n", "\(get)")
+            }
+            // The way the hint points keeps them, and a reset works after it.
+            try f.ok(["passwd"], stdin: "4321\n")
+            try f.ok(["reset", "--yes"], stdin: "9999\n")
+            #expect(try f.status().keyGeneration == 2)
+            #expect(try f.run(["get", "/complete"]).status == 69)
+            #expect(try f.run(["get", "/none"]).stdout == "kept none\n")
+        }
+    }
+
     // 11
     @Test func noPasscodeDeviceIgnoresLock() throws {
         try withFixture { f in

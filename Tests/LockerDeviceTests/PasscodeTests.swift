@@ -1,3 +1,4 @@
+import Foundation
 import LockerCrypto
 import LockerDevice
 import LockerFormat
@@ -82,6 +83,21 @@ import Testing
         try device.unlock(passcode: passcode("5678"))
         // The class key did not change, so old objects still open.
         #expect(try device.unwrap(a) == keyA)
+    }
+
+    @Test func resetRefusesADeviceWithoutAPasscode() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let device = try makeDevice(temp, clock: ManualClock(), passcode: nil)
+        let key = try SecretBytes(randomCount: 32)
+        let wrapped = try device.wrap(fileKey: key, for: .complete)
+        let keybag = try Data(contentsOf: URL(fileURLWithPath: temp.directory.path + "/keybag"))
+        for new in [passcode("0000"), nil] {
+            #expect(throws: DeviceError.noPasscode) { try device.reset(newPasscode: new) }
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: temp.directory.path + "/keybag")) == keybag)
+        #expect(try device.status().keyGeneration == 1)
+        #expect(try device.unwrap(wrapped) == key)
     }
 
     @Test func resetMakesOldObjectsKeyReset() throws {
