@@ -2004,16 +2004,56 @@ struct Purge: ParsableCommand {
     func run() throws {
         let store = try global.openStore()
         var doomed: [StorePath] = []
-        try store.walk(.root) { path, isDirectory in
-            guard !isDirectory, case .object(let info) = try store.stat(path).kind, info.reason == "keyReset" else { return }
+        // A damaged entry cannot be told to be of an older generation, so it
+        // is left as it is and named; the rest of the store is still purged,
+        // as `get -r` still fetches the rest.
+        var damaged: [StoreError] = []
+        try store.walk(.root, damaged: { error in
+            damaged.append(error)
+            warn("not checked: \(ErrorPresenter.describe(error).1)")
+        }) { path, isDirectory in
+            guard !isDirectory else { return }
+            let kind: ItemInfo.Kind
+            do {
+                kind = try store.stat(path).kind
+            } catch let error as StoreError where error.isIntegrity {
+                damaged.append(error)
+                warn("not checked: \(ErrorPresenter.describe(error).1)")
+                return
+            }
+            guard case .object(let info) = kind, info.reason == "keyReset" else { return }
             doomed.append(path)
         }
         for path in doomed { try store.remove(path) }
         if output.json {
-            try printJSON(["purged": doomed.map(\.description)])
-            return
+            try printJSON(PurgeReport(purged: doomed.map(\.description), damaged: damaged.map(DamagedEntry.init)))
+        } else {
+            print("Purged \(doomed.count) object\(doomed.count == 1 ? "" : "s") of an older key generation.")
+            for path in doomed { print("  \(shown(path.description))") }
         }
-        print("Purged \(doomed.count) object\(doomed.count == 1 ? "" : "s") of an older key generation.")
-        for path in doomed { print("  \(shown(path.description))") }
+        guard damaged.isEmpty else {
+            throw CommandFailure(.integrity, "\(damaged.count) damaged entr\(damaged.count == 1 ? "y was" : "ies were") not checked",
+                                 hint: "'locker verify' lists the damage; restore those entries from a copy, or remove them with 'locker rm'")
+        }
+    }
+
+    /// What `purge --json` prints: the paths removed, and the damaged
+    /// entries left unchecked (each `{"path", "reason"}`).
+    struct PurgeReport: Encodable {
+        var purged: [String]
+        var damaged: [DamagedEntry]
+    }
+
+    struct DamagedEntry: Encodable {
+        var path: String
+        var reason: String
+
+        init(_ error: StoreError) {
+            if case .integrity(let path, let what) = error {
+                (self.path, reason) = (path, "damaged: \(what) failed authentication")
+            } else {
+                (path, reason) = ("", ErrorPresenter.describe(error).1)
+            }
+        }
     }
 }

@@ -711,6 +711,52 @@ struct StoreDamageCLITests {
     /// then unreferenced, and `verify --repair` removes it. Nothing else
     /// goes: a good entry cannot be named by its file name, and a real
     /// name that begins with "?" is the object of that name.
+    @Test func purgeGoesPastDamagedEntriesAndNamesThem() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/p/old", pseudoRandomBytes(3000, seed: 31))
+            let header = try f.putInline("/p/hdr", pseudoRandomBytes(100, seed: 32))
+            let inSub = try f.putInline("/p/sub/b", pseudoRandomBytes(100, seed: 33))
+            try f.put("/q/old", pseudoRandomBytes(3000, seed: 34))
+            try f.ok(["reset", "--yes"], stdin: "9999\n")
+            let kept = pseudoRandomBytes(3000, seed: 35)
+            try f.put("/p/new", kept)
+            try flipBit(header, at: 40)
+            try flipBit((inSub as NSString).deletingLastPathComponent + "/.dir", at: 30)
+
+            // The entries after the damage, in walk order, are purged too.
+            let purge = try f.raw(["purge", "--key-reset"])
+            #expect(purge.status == 65, "\(purge)")
+            #expect(purge.text == "Purged 2 objects of an older key generation.\n  /p/old\n  /q/old\n", "\(purge)")
+            let warnings = purge.stderr.split(separator: "\n").filter { $0.hasPrefix("locker: warning: ") }
+            #expect(warnings.count == 2, "\(purge)")
+            for path in ["/p/hdr", "/p/sub"] {
+                #expect(warnings.contains { $0.hasPrefix("locker: warning: not checked: integrity failure: \(path): ") }, "\(path): \(purge)")
+            }
+            #expect(purge.stderr.hasSuffix("""
+                locker: error: 2 damaged entries were not checked
+                locker: hint: 'locker verify' lists the damage; restore those entries from a copy, or remove them with 'locker rm'
+
+                """), "\(purge)")
+            for path in ["/p/old", "/q/old"] { #expect(try f.raw(["stat", path]).status == 66, "\(path)") }
+            #expect(try f.raw(["get", "/p/new"]).stdout == kept)
+            #expect(try f.raw(["verify"]).status == 65)
+
+            // Again, as JSON: nothing left to purge, the damage listed.
+            let json = try f.raw(["purge", "--key-reset", "--json"])
+            #expect(json.status == 65, "\(json)")
+            struct Report: Decodable {
+                struct Damaged: Decodable { let path: String; let reason: String }
+                let purged: [String]
+                let damaged: [Damaged]
+            }
+            let report = try JSONDecoder().decode(Report.self, from: json.stdout)
+            #expect(report.purged.isEmpty)
+            #expect(report.damaged.map(\.path) == ["/p/hdr", "/p/sub"], "\(json)")
+            #expect(report.damaged.allSatisfy { $0.reason.hasPrefix("damaged: ") && $0.reason.hasSuffix(" failed authentication") }, "\(json)")
+        }
+    }
+
     @Test func damagedEntriesAreRemovedByTheNameLsGivesThem() throws {
         try withStoreFixture { f in
             try f.initialize()
