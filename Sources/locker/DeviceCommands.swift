@@ -257,7 +257,9 @@ struct Status: ParsableCommand {
         print("Failed attempts:   \(report.failedAttempts)")
         if let next = report.nextAttemptAllowedAt { print("Next attempt at:   \(next)") }
         if let erase = report.eraseAfter { print("Erase after:       \(erase) failed attempts") }
-        print("Default class:     \(report.defaultClass)")
+        // The store's default, which a directory's own default (the root's
+        // too) overrides: `stat DIR` says what new objects there get.
+        print("Default class:     \(report.defaultClass) (where no directory sets one)")
         print("Key generation:    \(report.keyGeneration)")
         print("Open objects:      \(report.openObjects.isEmpty ? "none" : "")")
         for object in report.openObjects { print("  \(object.id)  \(object.protection)") }

@@ -726,7 +726,12 @@ struct Get: ParsableCommand {
     func parseRange(size: UInt64) throws -> Range<UInt64>? {
         guard let range else { return nil }
         let parts = range.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
-        guard parts.count == 2, let start = UInt64(parts[0]) else {
+        // Digits only: `UInt64("+1")` is 1, and `+1-2` is no range a user
+        // meant.
+        func offset(_ text: Substring) -> UInt64? {
+            text.allSatisfy { $0.isASCII && $0.isNumber } ? UInt64(text) : nil
+        }
+        guard parts.count == 2, let start = offset(parts[0]) else {
             throw CommandFailure(.usage, "--range takes START-END, for example 0-1023")
         }
         // What the object holds, for a range that reaches past it.
@@ -736,7 +741,7 @@ struct Get: ParsableCommand {
             guard start < size else { throw RangePastTheEnd(CommandFailure(.usage, "--range \(range) starts past the end (\(extent))")) }
             end = size - 1
         } else {
-            guard let e = UInt64(parts[1]) else { throw CommandFailure(.usage, "--range takes START-END, for example 0-1023") }
+            guard let e = offset(parts[1]) else { throw CommandFailure(.usage, "--range takes START-END, for example 0-1023") }
             end = e
         }
         guard start <= end else { throw CommandFailure(.usage, "--range \(range): START is after END") }
@@ -1829,7 +1834,12 @@ struct Close: ParsableCommand {
         let store = try global.openStore()
         let target = try storePath(path, in: store)
         try objectsOnly { try store.close(target) }
-        if output.json { try printJSON(ItemReport(try store.stat(target))) }
+        if output.json {
+            try printJSON(ItemReport(try store.stat(target)))
+        } else {
+            // As `open` says what it did: a silent success reads as nothing done.
+            print("Closed \(shown(target.description)).")
+        }
     }
 }
 

@@ -335,6 +335,7 @@ struct CLITests {
             let text = try f.run(["status"])
             #expect(text.status == 0, "\(text)")
             #expect(text.stdout.contains("locking changes nothing for data"), "\(text)")
+            #expect(text.stdout.contains("\nDefault class:     completeUntilFirstUserAuthentication (where no directory sets one)\n"), "\(text)")
             #expect(text.stdout.contains("none"), "\(text)")
 
             let unlock = try f.run(["unlock"], stdin: "sentinel\n")

@@ -190,6 +190,9 @@ struct StoreCLITests {
                 // A forgotten value: the next argument is not a range.
                 (["get", "/x", "--range", "-r"], "locker: error: --range needs a value: START-END or START-"),
                 (["get", "/missing", "-", "--range", "-3"], "locker: error: --range -3: START is missing"),
+                // Digits only: Swift's integer parse takes a sign.
+                (["get", "/x", "-", "--range", "+1-2"], "locker: error: --range takes START-END, for example 0-1023"),
+                (["get", "/x", "-", "--range", "1-+2"], "locker: error: --range takes START-END, for example 0-1023"),
                 // A value holding a newline is shown escaped, whole, on the
                 // error's one line.
                 (["put", "--class", "a\nb", "/etc/hostname", "/y"], "locker: error: The value 'a\\nb' is invalid for '--class <CLASS>'"),
@@ -783,7 +786,8 @@ struct StoreCLITests {
             #expect(stat.accessible == true)
             #expect(stat.reason == "open")
 
-            try f.ok(["close", "/docs/b"])
+            let closed = try f.ok(["close", "/docs/b"])
+            #expect(closed.stdout == "Closed /docs/b.\n", "\(closed)")
             // Closing what is not open is an error (66), not a silent success.
             let again = try f.raw(["close", "/docs/b"])
             #expect(again.status == 66, "\(again)")
