@@ -799,7 +799,8 @@ struct Get: ParsableCommand {
         var target = destination!
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: target, isDirectory: &isDirectory), isDirectory.boolValue {
-            target += "/" + source.name
+            // "DIR/" names the same directory; messages name DIR/NAME once.
+            target += (target.hasSuffix("/") ? "" : "/") + source.name
         } else if target.count > 1, target.hasSuffix("/") {
             // "DIR/" names a directory that must exist, as it does to cp(1).
             var named = target

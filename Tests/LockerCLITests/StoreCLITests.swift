@@ -573,6 +573,12 @@ struct StoreCLITests {
             try FileManager.default.createDirectory(atPath: f.root + "/dir", withIntermediateDirectories: false)
             try f.ok(["get", "/obj", f.root + "/dir/"])
             #expect(try fileBytes(f.root + "/dir/obj") == Data("data".utf8))
+            // A directory where the object would go: its path is named once,
+            // with one slash.
+            try FileManager.default.createDirectory(atPath: f.root + "/dir/sub/obj", withIntermediateDirectories: true)
+            let occupied = try f.run(["get", "/obj", f.root + "/dir/sub/"])
+            #expect(occupied.status == 1, "\(occupied)")
+            #expect(occupied.stderr == "locker: error: cannot write \(f.root)/dir/sub/obj: Is a directory\n", "\(occupied)")
         }
     }
 
