@@ -61,17 +61,13 @@ public struct FileSystem: Sendable {
         let temporary = path + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let fd = try open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         do {
+            // Held until the rename is done (the descriptor closes after
+            // it): a verifier removes only temporaries no live process
+            // holds, and one unlocked before its rename could go first.
             defer { close(fd) }
-            // Held until close: a verifier removes only temporaries no live
-            // process holds.
             try? flock(fd, LOCK_EX, path: temporary)
             try bytes.withUnsafeBytes { try writeAll(fd, $0, path: temporary) }
             try fsync(fd, path: temporary)
-        } catch {
-            try? unlink(temporary)
-            throw error
-        }
-        do {
             try rename(temporary, to: path)
         } catch {
             try? unlink(temporary)

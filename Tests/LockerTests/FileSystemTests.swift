@@ -8,6 +8,31 @@ import Glibc
 #endif
 
 @Suite struct FileSystemTests {
+    /// An atomic write's temporary stays locked until it is renamed: a
+    /// verifier that finds it unlocked may remove it as a dead process's.
+    @Test func anAtomicWritesTemporaryIsLockedUntilItsRename() throws {
+        let root = NSTemporaryDirectory() + "lkfs-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        // What another process's try for the lock got, at the rename.
+        let heldAtRename = Mutex<[Bool]>([])
+        var syscalls = Syscalls.system
+        let rename = syscalls.rename
+        syscalls.rename = { source, destination in
+            let other = Glibc.open(source, O_RDONLY | O_CLOEXEC)
+            if other >= 0 {
+                let refused = flock(other, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK
+                heldAtRename.withLock { $0.append(refused) }
+                Glibc.close(other)
+            }
+            return rename(source, destination)
+        }
+        try FileSystem(syscalls: syscalls).writeFileAtomically(root + "/f", Array("contents".utf8))
+        #expect(heldAtRename.withLock { $0 } == [true])
+        #expect(FileManager.default.contents(atPath: root + "/f") == Data("contents".utf8))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: root) == ["f"])
+    }
+
     /// The access time a file would have after a read that updates it:
     /// set an hour before its modification, which relatime updates on the
     /// next read. Returns that access time.
