@@ -85,9 +85,11 @@ public final class OpenDirectory: @unchecked Sendable {
     /// point) with EXDEV: whoever mounted it decides what its files are,
     /// and where what is written to them goes (a FUSE file system of
     /// another user's, say), and its owner and mode are only what it
-    /// reports, but its device number is the kernel's.
-    public func subdirectory(_ name: String) throws(IOError) -> OpenDirectory {
-        let opened = try OpenDirectory(Self.checked(name), beneath: self, path: path(of: name))
+    /// reports, but its device number is the kernel's. `path` is the path
+    /// errors give for it (``path(of:)`` if nil): a directory built under
+    /// a temporary name goes by the one it is built for.
+    public func subdirectory(_ name: String, path: String? = nil) throws(IOError) -> OpenDirectory {
+        let opened = try OpenDirectory(Self.checked(name), beneath: self, path: path ?? self.path(of: name))
         guard opened.status.device == status.device else { throw IOError("open", path: opened.path, errno: EXDEV) }
         return opened
     }

@@ -88,9 +88,13 @@ final class LocalDirectory: @unchecked Sendable {
     /// btrfs subvolume) is not entered;
     /// one error line names it. With `new`, it must not exist yet; with
     /// `seen`, it must be the directory (device and inode) seen there
-    /// earlier, if it is still there.
-    func subdirectory(_ name: String, creating mode: UInt32 = 0o777, new: Bool = false, seen: FileStatus? = nil) throws -> LocalDirectory {
-        let path = path(of: name)
+    /// earlier, if it is still there. `shownAs` is its path in errors, its
+    /// own and those of everything below it (``path(of:)`` if nil): a
+    /// directory built under a temporary name goes by the path the user
+    /// will find it at, not by one that is gone once the fetch ends.
+    func subdirectory(_ name: String, creating mode: UInt32 = 0o777, new: Bool = false, seen: FileStatus? = nil,
+                      shownAs shown: String? = nil) throws -> LocalDirectory {
+        let path = shown ?? path(of: name)
         let created: Bool
         do {
             created = try directory.makeDirectory(name, mode: mode)
@@ -102,7 +106,7 @@ final class LocalDirectory: @unchecked Sendable {
         }
         let opened: OpenDirectory
         do {
-            opened = try directory.subdirectory(name)
+            opened = try directory.subdirectory(name, path: path)
         } catch where error.errno == ELOOP {
             throw CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory (a symbolic link, not followed below the destination)")
         } catch where error.errno == ENOTDIR {

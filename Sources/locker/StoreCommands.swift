@@ -885,7 +885,7 @@ struct Get: ParsableCommand {
         // end before this function does; until the rename, after which
         // the tree is DEST.
         let (staging, registration) = try Interruption.creatingTemporary({
-            try base.subdirectory(stagingName, new: true)
+            try base.subdirectory(stagingName, new: true, shownAs: trimmed)
         }, cleanup: { staging in
             let (built, into) = (staging.directory, base.directory)
             return { removeBuiltDirectory(built, named: stagingName, in: into) }
@@ -949,17 +949,19 @@ struct Get: ParsableCommand {
                                  _ damaged: DamagedObjects) throws -> Int {
         var count = 0
         let treeExport = export
-        // Each directory with where it goes (the top: nil) and the export
+        // Each directory with where it goes (the top: nil), the path errors
+        // give for it if not the one where it goes (one built in a
+        // temporary directory: the path it is built for), and the export
         // its files go through: none in a directory being built out of
         // sight.
-        var stack: [(source: StorePath, parent: LocalPlace?, name: String, seen: FileStatus?, export: TreeExport?)] =
-            [(source, nil, "", nil, export)]
+        var stack: [(source: StorePath, parent: LocalPlace?, name: String, shownAs: String?, seen: FileStatus?, export: TreeExport?)] =
+            [(source, nil, "", nil, nil, export)]
         var next: (path: StorePath, listing: Prefetch<FetchListing>)?
         defer { _ = try? next?.listing.wait() }
         // The last directories written into: the next one's parent is
         // usually one of them.
         var recent: [LocalDirectory] = []
-        while let (source, parentPlace, name, seen, export) = stack.popLast() {
+        while let (source, parentPlace, name, shownAs, seen, export) = stack.popLast() {
             let listing: FetchListing
             do {
                 if let prefetched = next, prefetched.path == source {
@@ -981,7 +983,7 @@ struct Get: ParsableCommand {
                 let parent = try recent.last { $0.place == parentPlace } ?? destination.open(parentPlace)
                 // Without an export, it is built out of sight: nothing can
                 // be there yet.
-                local = try parent.subdirectory(name, new: export == nil, seen: seen)
+                local = try parent.subdirectory(name, new: export == nil, seen: seen, shownAs: shownAs)
                 recent = [parent, local]
             } else {
                 local = top
@@ -994,12 +996,12 @@ struct Get: ParsableCommand {
                 let seen = export == nil ? nil : try local.status(of: directory.name)
                 if let export, seen == nil {
                     let (container, staged) = try export.stage(directory.name, in: local)
-                    stack.append((directory, container, staged, nil, nil))
+                    stack.append((directory, container, staged, local.path(of: directory.name), nil, nil))
                 } else {
-                    stack.append((directory, local.place, directory.name, seen, export))
+                    stack.append((directory, local.place, directory.name, nil, seen, export))
                 }
             }
-            if let (path, _, _, _, _) = stack.last {
+            if let (path, _, _, _, _, _) = stack.last {
                 next = (path, Prefetch { try store.listForFetch(path) })
             }
             let objects = listing.objects
@@ -1230,7 +1232,7 @@ final class TreeExport: @unchecked Sendable {
     /// at all, and without a rename per file. Returns the temporary
     /// directory's place and the name to build it under there.
     func stage(_ target: String, in parent: LocalDirectory) throws -> (container: LocalPlace, name: String) {
-        let container = try self.container(in: parent)
+        let container = try self.container(in: parent, for: target)
         let name = String(staged.count)
         staged.append((container, name, parent.place, target))
         return (container, name)
@@ -1246,15 +1248,18 @@ final class TreeExport: @unchecked Sendable {
     /// The temporary directory in `parent` (mode 0700) that its new
     /// subdirectories are built in, made on first use and removed at the
     /// end. Being the fetch's own, it is noted as a directory its file
-    /// system can be synced through, even in a drop box.
-    private func container(in parent: LocalDirectory) throws -> LocalPlace {
+    /// system can be synced through, even in a drop box. Errors name it as
+    /// the directory `target` of `parent` it is first made for (as
+    /// `parent` when made only to sync through): a path the user knows, not
+    /// one that is gone once the fetch ends.
+    private func container(in parent: LocalDirectory, for target: String? = nil) throws -> LocalPlace {
         if let existing = containerIndex[parent.place.relative] { return containers[existing].container }
         let name = ".locker-" + UUID().uuidString + ".tmp"
         // Removed by the signal handling too, should the process have to
         // end before the fetch removes it: opened again by its place, as
         // ``removeContainers(alreadyEmpty:)`` does.
         let (made, token) = try Interruption.creatingTemporary({
-            try parent.subdirectory(name, creating: 0o700, new: true)
+            try parent.subdirectory(name, creating: 0o700, new: true, shownAs: target.map(parent.path(of:)) ?? parent.path)
         }, cleanup: { [destination, parentPlace = parent.place] made in
             let place = made.place
             return {
@@ -1360,7 +1365,7 @@ struct WrittenFile: Sendable {
 /// paths the user gives (DEST, the store). Fails with one line naming the
 /// path: something that is not a directory in the way, or the error of the
 /// `mkdir` that failed. Below a destination, directories are made with
-/// ``LocalDirectory/subdirectory(_:creating:new:seen:)`` instead.
+/// ``LocalDirectory/subdirectory(_:creating:new:seen:shownAs:)`` instead.
 func makeLocalDirectory(_ path: String, mode: mode_t = 0o777) throws {
     func inTheWay(_ path: String) -> CommandFailure {
         CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory")

@@ -870,6 +870,41 @@ struct TreeCLITests {
         }
     }
 
+    /// A new store holding /a/one and /a/two, then /b/NAME, where NAME is
+    /// 300 bytes: a store name may be longer than a local one (255 bytes),
+    /// so a fetch of /b fails (File name too long) once /a's files, first
+    /// in name order, are written. Returns NAME and /a's files.
+    private func storeWithANameTooLongLocally(_ f: CLIFixture) throws -> (name: String, files: [String: Data]) {
+        try f.initialize()
+        let files = ["a/one": sampleBytes("one", size: 1000), "a/two": sampleBytes("two", size: 70_000)]
+        for (path, data) in files { try f.put("/" + path, data) }
+        let name = String(repeating: "n", count: 300)
+        try f.put("/b/" + name, sampleBytes("long"))
+        return (name, files)
+    }
+
+    /// An error about a file in a directory built out of sight names it
+    /// where the user asked for it, never in the temporary directory it is
+    /// built in (`.locker-….tmp`, gone once the fetch ends): `get -r` into
+    /// a new DEST, and into an existing one whose subdirectories are built
+    /// in a temporary directory inside it. Neither leaves anything.
+    @Test func fetchErrorsNameThePathUnderDestination() throws {
+        try withStoreFixture { f in
+            let (name, _) = try storeWithANameTooLongLocally(f)
+            let existing = f.root + "/existing"
+            try FileManager.default.createDirectory(atPath: existing, withIntermediateDirectories: false)
+            let new = f.root + "/new"
+            for dest in [new, existing] {
+                let fetched = try f.raw(["get", "-r", "/", dest])
+                #expect(fetched.status == 1, "\(fetched)")
+                #expect(fetched.stderr == "locker: error: cannot write \(dest)/b/\(name): File name too long\n", "\(fetched)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: new))
+            #expect(localFiles(existing).isEmpty, "\(localFiles(existing))")
+            #expect(localFiles(f.root).allSatisfy { !$0.contains(".locker-") }, "\(localFiles(f.root))")
+        }
+    }
+
     /// Whether this process may mount a tmpfs (root, outside a sandbox
     /// that refuses it).
     static let canMount: Bool = {
