@@ -1087,20 +1087,28 @@ struct Get: ParsableCommand {
 }
 
 /// The objects a `get -r` or `export` left out because they are damaged:
-/// each is warned of as it is found (`locker: warning: not fetched: …`),
-/// the rest is fetched, and the command then fails (exit 65).
+/// each is warned of as it is found (`locker: warning: not fetched: …`,
+/// or `not exported`), the rest is fetched, and the command then fails
+/// (exit 65).
 final class DamagedObjects {
     private(set) var count = 0
+    /// What the warnings and the error say of an object left out.
+    private let leftOut: String
+
+    /// `exporting`: for `export` (`not exported`), else `get -r`.
+    init(exporting: Bool = false) {
+        leftOut = exporting ? "not exported" : "not fetched"
+    }
 
     func note(_ error: StoreError) {
         count += 1
-        warn("not fetched: \(ErrorPresenter.describe(error).1)")
+        warn("\(leftOut): \(ErrorPresenter.describe(error).1)")
     }
 
     /// Throws if any object was left out.
     func fail() throws {
         guard count > 0 else { return }
-        throw CommandFailure(.integrity, "\(count) damaged object\(count == 1 ? " was" : "s were") not fetched",
+        throw CommandFailure(.integrity, "\(count) damaged object\(count == 1 ? " was" : "s were") \(leftOut)",
                              hint: "'locker verify' lists the damage; restore those objects from a copy, or remove them with 'locker rm'")
     }
 }
@@ -1927,7 +1935,7 @@ struct Export: ParsableCommand {
         var entries: [Entry] = []
         // Unlocking helps a locked object, never one whose key was reset.
         var resetCount = 0
-        let damaged = DamagedObjects()
+        let damaged = DamagedObjects(exporting: true)
         func leaveOut(_ error: StoreError, _ entry: Entry? = nil) {
             guard case .integrity(let path, let what) = error else { return }
             damaged.note(error)
