@@ -155,6 +155,66 @@ func publishBuiltDirectory(_ name: String, from: OpenDirectory, to target: Strin
     }
 }
 
+/// Builds the new local directory `path` out of sight: `build` fills a
+/// temporary directory made beside it (`.locker-….tmp`), which is then
+/// made durable with one sync of its file system and renamed to `path`,
+/// never over anything there. `path` appears whole or not at all: if
+/// `build` or a later step throws, or a signal ends the process, the
+/// temporary directory is removed (a crash can leave it). Missing parents
+/// are made first; they and the new directory get `mode`, less the umask.
+///
+/// `build` is given the destination (the parent, opened once) and the
+/// directory to fill, which errors name as `path`, as they do everything
+/// below it. Returns what `build` returns.
+func buildNewDirectory<Built>(_ path: String, mode: UInt32 = 0o777,
+                              _ build: (LocalDestination, LocalDirectory) throws -> Built) throws -> Built {
+    let (trimmed, parent, name) = splitLocalPath(path)
+    guard !name.isEmpty && name != "." && name != ".." else {
+        throw CommandFailure(.failure, "cannot create directory \(path): the name of a new directory cannot be \(name)")
+    }
+    try makeLocalDirectory(parent, mode: mode)
+    let destination = try LocalDestination(parent)
+    let base = destination.root
+    let stagingName = ".locker-" + UUID().uuidString + ".tmp"
+    // Removed by the signal handling too, should the process have to end
+    // before this function does; until the rename, after which the tree
+    // is `path`.
+    let (staging, registration) = try Interruption.creatingTemporary({
+        try base.subdirectory(stagingName, creating: mode, new: true, shownAs: trimmed)
+    }, cleanup: { staging in
+        let (built, into) = (staging.directory, base.directory)
+        return { removeBuiltDirectory(built, named: stagingName, in: into) }
+    })
+    defer { Interruption.unregisterCleanup(registration) }
+    do {
+        let built = try build(destination, staging)
+        do {
+            try staging.directory.syncFileSystem()
+        } catch {
+            throw CommandFailure(.failure, "cannot write into \(parent): \(error)")
+        }
+        try Interruption.finishingTemporary(registration) {
+            try publishBuiltDirectory(stagingName, from: base.directory, to: name, in: base.directory, path: trimmed)
+        }
+        // What was renamed is what was at the temporary name: the tree
+        // built, unless that was moved away and something else put there
+        // meanwhile.
+        guard let placed = try? base.directory.status(of: name), placed.isSameFile(as: staging.directory.status) else {
+            // Put back what was renamed: `path` is left as it was.
+            _ = try? base.directory.renameIfAbsent(name, to: stagingName, in: base.directory)
+            throw CommandFailure(.failure, "cannot write \(trimmed): the directory it was built in was moved or replaced during the fetch")
+        }
+        // The files are durable already; this makes the name durable (best
+        // effort, as after a group commit); a drop box through the tree
+        // built.
+        try? base.directory.sync(through: staging.directory.fd)
+        return built
+    } catch {
+        removeBuiltDirectory(staging.directory, named: stagingName, in: base.directory)
+        throw error
+    }
+}
+
 /// Removes `built`, the directory this fetch made as `name` in `parent`
 /// (best effort): emptied through its own descriptor, wherever it is now,
 /// unless `isEmpty`, and its name removed only while it still holds it, so

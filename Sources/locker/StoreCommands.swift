@@ -873,50 +873,8 @@ struct Get: ParsableCommand {
     }
 
     private func exportNewTree(_ store: Store, from source: StorePath, to local: String, _ damaged: DamagedObjects) throws -> Int {
-        let (trimmed, parent, name) = splitLocalPath(local)
-        guard !name.isEmpty && name != "." && name != ".." else {
-            throw CommandFailure(.failure, "cannot create directory \(local): the name of a new directory cannot be \(name)")
-        }
-        try makeLocalDirectory(parent)
-        let destination = try LocalDestination(parent)
-        let base = destination.root
-        let stagingName = ".locker-" + UUID().uuidString + ".tmp"
-        // Removed by the signal handling too, should the process have to
-        // end before this function does; until the rename, after which
-        // the tree is DEST.
-        let (staging, registration) = try Interruption.creatingTemporary({
-            try base.subdirectory(stagingName, new: true, shownAs: trimmed)
-        }, cleanup: { staging in
-            let (built, into) = (staging.directory, base.directory)
-            return { removeBuiltDirectory(built, named: stagingName, in: into) }
-        })
-        defer { Interruption.unregisterCleanup(registration) }
-        do {
-            let count = try exportDirectory(store, from: source, into: staging, destination, nil, damaged)
-            do {
-                try staging.directory.syncFileSystem()
-            } catch {
-                throw CommandFailure(.failure, "cannot write into \(parent): \(error)")
-            }
-            try Interruption.finishingTemporary(registration) {
-                try publishBuiltDirectory(stagingName, from: base.directory, to: name, in: base.directory, path: trimmed)
-            }
-            // What was renamed is what was at the temporary name: the tree
-            // built, unless that was moved away and something else put
-            // there meanwhile.
-            guard let placed = try? base.directory.status(of: name), placed.isSameFile(as: staging.directory.status) else {
-                // Put back what was renamed: DEST is left as it was.
-                _ = try? base.directory.renameIfAbsent(name, to: stagingName, in: base.directory)
-                throw CommandFailure(.failure, "cannot write \(trimmed): the directory it was built in was moved or replaced during the fetch")
-            }
-            // The files are durable already; this makes the name durable
-            // (best effort, as after a group commit); a drop box through
-            // the tree built.
-            try? base.directory.sync(through: staging.directory.fd)
-            return count
-        } catch {
-            removeBuiltDirectory(staging.directory, named: stagingName, in: base.directory)
-            throw error
+        try buildNewDirectory(local) { destination, tree in
+            try exportDirectory(store, from: source, into: tree, destination, nil, damaged)
         }
     }
 
@@ -1870,7 +1828,7 @@ private func objectsOnly<T>(_ body: () throws -> T) throws -> T {
 struct Export: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Write every readable object as a plain file, with manifest.json listing each object's attributes.",
-        discussion: "Objects that cannot be read now (locked, key reset) are listed with the reason. The command then exits 75 unless --skip-unavailable is given. Damaged objects are left out and listed too, and the command then exits 65 whatever the flags.")
+        discussion: "Objects that cannot be read now (locked, key reset) are listed with the reason. The command then exits 75 unless --skip-unavailable is given. Damaged objects are left out and listed too, and the command then exits 65 whatever the flags. A new DEST is built out of sight: it appears with the manifest, or not at all if the export fails.")
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: JSONOption
@@ -1921,13 +1879,63 @@ struct Export: ParsableCommand {
                                  hint: "move it first, for example 'locker mv /manifest.json /manifest.json.orig'")
         }
         if !destination.isEmpty { try global.refuseDestinationInside(destination) }
-        try makeLocalDirectory(destination, mode: 0o700)
+        let damaged = DamagedObjects(exporting: true)
+        let written: (entries: [Entry], resetCount: Int)
+        var st = stat()
+        if !destination.isEmpty, lstat(destination, &st) != 0, errno == ENOENT {
+            // Built out of sight: a new DEST appears with every object that
+            // could be exported and the manifest, or not at all.
+            written = try buildNewDirectory(destination, mode: 0o700) { local, tree in
+                try exportObjects(store, into: tree, local, damaged)
+            }
+        } else {
+            try makeLocalDirectory(destination, mode: 0o700)
+            let local = try LocalDestination(destination)
+            written = try exportObjects(store, into: local.root, local, damaged)
+        }
+        let (entries, resetCount) = written
+        let skipped = entries.filter { !$0.exported }
+        if output.json {
+            struct Summary: Encodable {
+                var objects: Int
+                var exported: Int
+                var skipped: [[String: String]]
+                var manifest: String
+            }
+            try printJSON(Summary(objects: entries.count, exported: entries.count - skipped.count,
+                                  skipped: skipped.map { ["path": $0.path, "reason": $0.skipped ?? ""] },
+                                  manifest: destination + "/manifest.json"))
+        } else {
+            print("Exported \(entries.count - skipped.count) of \(entries.count) objects to \(shown(destination)).")
+            for entry in skipped { print("  skipped \(shown(entry.path)): \(entry.skipped ?? "")") }
+        }
+        // Damage is not unavailability: no unlock or flag makes it readable.
+        try damaged.fail()
+        if !skipped.isEmpty && !skipUnavailable {
+            let notExported = "\(skipped.count) object\(skipped.count == 1 ? " was" : "s were") not exported"
+            if resetCount == skipped.count {
+                throw CommandFailure(.keyReset, "\(notExported): \(resetCount == 1 ? "its class key was" : "their class keys were") reset",
+                                     hint: "they can never be read: remove them with 'locker purge --key-reset', or pass --skip-unavailable")
+            }
+            throw CommandFailure(.protectedDataUnavailable, notExported + (resetCount > 0 ? " (\(resetCount) of them for good: their class key was reset)" : ""),
+                                 hint: "unlock and export again, or pass --skip-unavailable")
+        }
+    }
+
+    /// Writes every readable object into `top` (DEST, or the directory a
+    /// new DEST is built in), each file atomically, then `manifest.json`
+    /// (atomically too); returns the manifest's entries and how many of
+    /// them were left out because their class key was reset. A locked
+    /// object, one whose key was reset, or a damaged one (noted in
+    /// `damaged`) is left out and listed; any other failure stops the
+    /// export there, with no manifest written.
+    private func exportObjects(_ store: Store, into top: LocalDirectory, _ local: LocalDestination,
+                               _ damaged: DamagedObjects) throws -> (entries: [Entry], resetCount: Int) {
         // Each directory is made from its parent, through no link, and
         // written into by descriptor (``LocalDestination``); one open at a
         // time, found again by its place.
-        let local = try LocalDestination(destination)
-        var places: [StorePath: LocalPlace] = [.root: local.root.place]
-        var current: (path: StorePath, directory: LocalDirectory) = (.root, local.root)
+        var places: [StorePath: LocalPlace] = [.root: top.place]
+        var current: (path: StorePath, directory: LocalDirectory) = (.root, top)
         func directory(_ path: StorePath) throws -> LocalDirectory {
             if current.path != path { current = (path, try local.open(places[path]!)) }
             return current.directory
@@ -1935,7 +1943,6 @@ struct Export: ParsableCommand {
         var entries: [Entry] = []
         // Unlocking helps a locked object, never one whose key was reset.
         var resetCount = 0
-        let damaged = DamagedObjects(exporting: true)
         func leaveOut(_ error: StoreError, _ entry: Entry? = nil) {
             guard case .integrity(let path, let what) = error else { return }
             damaged.note(error)
@@ -1979,35 +1986,10 @@ struct Export: ParsableCommand {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         let manifest = try encoder.encode(["objects": entries])
-        try local.root.writeFile("manifest.json") { file in
-            try manifest.withUnsafeBytes { try writeAll(file.fd, $0, path: "manifest.json") }
+        try top.writeFile("manifest.json") { file in
+            try manifest.withUnsafeBytes { try writeAll(file.fd, $0, path: top.path(of: "manifest.json")) }
         }
-        let skipped = entries.filter { !$0.exported }
-        if output.json {
-            struct Summary: Encodable {
-                var objects: Int
-                var exported: Int
-                var skipped: [[String: String]]
-                var manifest: String
-            }
-            try printJSON(Summary(objects: entries.count, exported: entries.count - skipped.count,
-                                  skipped: skipped.map { ["path": $0.path, "reason": $0.skipped ?? ""] },
-                                  manifest: destination + "/manifest.json"))
-        } else {
-            print("Exported \(entries.count - skipped.count) of \(entries.count) objects to \(shown(destination)).")
-            for entry in skipped { print("  skipped \(shown(entry.path)): \(entry.skipped ?? "")") }
-        }
-        // Damage is not unavailability: no unlock or flag makes it readable.
-        try damaged.fail()
-        if !skipped.isEmpty && !skipUnavailable {
-            let notExported = "\(skipped.count) object\(skipped.count == 1 ? " was" : "s were") not exported"
-            if resetCount == skipped.count {
-                throw CommandFailure(.keyReset, "\(notExported): \(resetCount == 1 ? "its class key was" : "their class keys were") reset",
-                                     hint: "they can never be read: remove them with 'locker purge --key-reset', or pass --skip-unavailable")
-            }
-            throw CommandFailure(.protectedDataUnavailable, notExported + (resetCount > 0 ? " (\(resetCount) of them for good: their class key was reset)" : ""),
-                                 hint: "unlock and export again, or pass --skip-unavailable")
-        }
+        return (entries, resetCount)
     }
 }
 

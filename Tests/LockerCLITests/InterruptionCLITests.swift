@@ -159,6 +159,14 @@ struct InterruptionCLITests {
                 #expect(entries(f.root, prefix: ".locker-").isEmpty, "after \(pause) µs: \(entries(f.root, prefix: ".locker-"))")
                 #expect(!FileManager.default.fileExists(atPath: f.root + "/new"))
             }
+
+            // `export` into a new directory builds it out of sight too.
+            let export = try start(f, ["export", f.root + "/exported"])
+            defer { export.stop() }
+            #expect(waitFor(seconds: 30) { !entries(f.root, prefix: ".locker-").isEmpty }, "no temporary directory appeared")
+            #expect(interrupt(export, with: SIGINT) == SIGINT)
+            #expect(entries(f.root, prefix: ".locker-").isEmpty, "\(entries(f.root, prefix: ".locker-"))")
+            #expect(!FileManager.default.fileExists(atPath: f.root + "/exported"))
         }
     }
 

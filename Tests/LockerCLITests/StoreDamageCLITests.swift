@@ -219,7 +219,8 @@ struct StoreDamageCLITests {
     /// (bad data, a bad header, a subdirectory with a bad record) with a
     /// warning naming it and no partial file, and then exit 65: damage is
     /// not hidden, and one damaged object does not cost the others.
-    /// `export` says `not exported`, and its DEST holds the manifest.
+    /// `export` says `not exported`; its new DEST still appears, with the
+    /// manifest.
     @Test func treeFetchesLeaveOutDamagedObjectsAndFetchTheRest() throws {
         try withStoreFixture { f in
             try f.initialize()

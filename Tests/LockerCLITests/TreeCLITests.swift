@@ -824,7 +824,9 @@ struct TreeCLITests {
             try largeFiles(local, ["c/x/big.bin", "c/y/big.bin"])
             try f.ok(["put", "-r", local, "/u"])
             let watch = try CreationWatch([outside])
+            // An existing DEST: a new one is built out of sight.
             let exported = f.root + "/exported"
+            try FileManager.default.createDirectory(atPath: exported, withIntermediateDirectories: false)
             let (status, stderr) = try fetch(f, ["export", exported], swapWhen: { $0.hasPrefix(exported + "/u/c/") && $0.contains("/.locker-") }) {
                 try FileManager.default.moveItem(atPath: exported + "/u/c", toPath: f.root + "/c-moved")
                 try #require(symlink(outside, exported + "/u/c") == 0)
@@ -881,6 +883,63 @@ struct TreeCLITests {
         let name = String(repeating: "n", count: 300)
         try f.put("/b/" + name, sampleBytes("long"))
         return (name, files)
+    }
+
+    /// `export` into a new DEST builds it out of sight, as `get -r` does.
+    /// A failure that stops the export partway (a name too long locally,
+    /// after /a's files were written: into an existing DEST, they stay,
+    /// with no manifest) leaves no DEST and no temporary directory beside
+    /// it. An object left out is not such a failure: with a locked one
+    /// (exit 75), DEST appears with every other file and the manifest, as
+    /// it does when everything is exported.
+    @Test func exportIntoANewDirectoryAppearsWholeOrNotAtAll() throws {
+        try withStoreFixture { f in
+            let (name, files) = try storeWithANameTooLongLocally(f)
+            func expectFiles(_ dest: String) {
+                for (path, data) in files {
+                    #expect(FileManager.default.contents(atPath: dest + "/" + path) == data, "\(dest)/\(path)")
+                }
+            }
+            let existing = f.root + "/existing"
+            try FileManager.default.createDirectory(atPath: existing, withIntermediateDirectories: false)
+            let partial = try f.raw(["export", existing])
+            #expect(partial.status == 1, "\(partial)")
+            #expect(partial.stderr == "locker: error: cannot write \(existing)/b/\(name): File name too long\n", "\(partial)")
+            #expect(localFiles(existing) == ["a", "a/one", "a/two", "b"], "\(localFiles(existing))")
+            expectFiles(existing)
+
+            let parent = f.root + "/parent"
+            try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: false)
+            let dest = parent + "/dest"
+            let failed = try f.raw(["export", dest])
+            #expect(failed.status == 1, "\(failed)")
+            #expect(failed.stderr == "locker: error: cannot write \(dest)/b/\(name): File name too long\n", "\(failed)")
+            var st = stat()
+            #expect(lstat(dest, &st) != 0 && errno == ENOENT, "DEST was left: \(localFiles(dest))")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: parent).isEmpty, "left beside DEST: \(localFiles(parent))")
+
+            try f.ok(["rm", "-r", "/b"])
+            try f.put("/c/secret", sampleBytes("secret"), ["--class", "A"])
+            try f.ok(["lock", "--now"])
+            let skipped = try f.raw(["export", dest])
+            #expect(skipped.status == 75, "\(skipped)")
+            #expect(skipped.text.contains("Exported 2 of 3 objects to \(dest).\n  skipped /c/secret: locked: "), "\(skipped)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: parent) == ["dest"])
+            #expect(localFiles(dest) == ["a", "a/one", "a/two", "c", "manifest.json"], "\(localFiles(dest))")
+            expectFiles(dest)
+            #expect(lstat(dest, &st) == 0 && st.st_mode & 0o777 == 0o700, "\(String(st.st_mode, radix: 8))")
+            let manifest = String(decoding: try fileBytes(dest + "/manifest.json"), as: UTF8.self)
+            #expect(manifest.contains("\"skipped\" : \"locked: complete is unavailable in this state\""), "\(manifest)")
+
+            try f.ok(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            let whole = parent + "/whole"
+            let exported = try f.raw(["export", whole])
+            #expect(exported.status == 0 && exported.text == "Exported 3 of 3 objects to \(whole).\n", "\(exported)")
+            #expect(localFiles(whole) == ["a", "a/one", "a/two", "c", "c/secret", "manifest.json"], "\(localFiles(whole))")
+            expectFiles(whole)
+            #expect(FileManager.default.contents(atPath: whole + "/c/secret") == sampleBytes("secret"))
+            #expect(try FileManager.default.contentsOfDirectory(atPath: parent).sorted() == ["dest", "whole"])
+        }
     }
 
     /// An error about a file in a directory built out of sight names it
