@@ -345,3 +345,82 @@ func isAgent(_ pid: Int32, serving device: String) -> Bool {
 /// Where `setpriv` is, if installed.
 let setprivPath: String? = ["/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv"]
     .first { FileManager.default.isExecutableFile(atPath: $0) }
+
+/// Runs `body` with a new fixture and its ``OtherUser``, whose agent ends
+/// with it.
+func withOtherUser(_ body: (CLIFixture, OtherUser) throws -> Void) throws {
+    try withStoreFixture { f in
+        let other = try OtherUser(f)
+        defer { other.stop() }
+        try body(f, other)
+    }
+}
+
+/// uid 65534, with a directory of its own in a fixture (`<root>/other`:
+/// its HOME, which holds its device and store) and an initialized device:
+/// for what root cannot show, since root reads every file whatever its
+/// mode. Needs root and setpriv (``isPossible``). ``stop()`` ends its
+/// agent.
+final class OtherUser {
+    /// Whether this process can run locker as the other user.
+    static let isPossible = geteuid() == 0 && setprivPath != nil
+    /// Why a test that needs the other user is skipped.
+    static let needs: Comment = "needs root and setpriv (util-linux) to run locker as uid 65534"
+
+    let uid: uid_t = 65534
+    let home: String
+    private let fixture: CLIFixture
+    private let setpriv: String
+
+    init(_ fixture: CLIFixture) throws {
+        setpriv = try #require(setprivPath)
+        self.fixture = fixture
+        home = fixture.root + "/other"
+        #expect(chmod(fixture.root, 0o711) == 0)
+        try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+        try #require(chown(home, uid, uid) == 0)
+        do {
+            let made = try locker(["init", "--passcode-stdin"], stdin: "1234\n")
+            try #require(made.status == 0, "uid 65534 cannot use locker here: \(made)")
+        } catch {
+            stop()
+            throw error
+        }
+    }
+
+    /// Runs `program` as the user, in the fixture's environment but with
+    /// the user's HOME, device and store.
+    func run(_ program: String, _ arguments: [String], stdin: String? = nil) throws -> CLIResult {
+        try fixture.runProgram(setpriv, ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", "/usr/bin/env",
+                                         "HOME=" + home, "LOCKER_DEVICE=" + home + "/device",
+                                         "LOCKER_STORE=" + home + "/store", program] + arguments, stdin: stdin)
+    }
+
+    func locker(_ arguments: [String], stdin: String? = nil) throws -> CLIResult {
+        try run(CLIFixture.lockerPath, arguments, stdin: stdin)
+    }
+
+    /// Creates each file (a path below ``home``, and its contents) and the
+    /// directories on its way, all the user's.
+    func files(_ files: [String: Data]) throws {
+        for (path, data) in files {
+            let full = home + "/" + path
+            try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try #require(FileManager.default.createFile(atPath: full, contents: data))
+            var owned = path
+            while !owned.isEmpty {
+                try #require(chown(home + "/" + owned, uid, uid) == 0)
+                owned = (owned as NSString).deletingLastPathComponent
+            }
+        }
+    }
+
+    /// Ends the user's agent: with a reboot, or killed.
+    func stop() {
+        _ = try? locker(["reboot"])
+        for pid in agentProcesses(serving: home + "/device") {
+            kill(pid, SIGKILL)
+            _ = waitUntilGone(pid)
+        }
+    }
+}

@@ -192,45 +192,19 @@ struct TreeCLITests {
     /// file of its own there. With files only, and with a directory built
     /// out of sight; into a new directory there; and again over the same
     /// names.
-    @Test(.enabled(if: geteuid() == 0, "needs root to run locker as uid 65534"),
-          .enabled(if: setprivPath != nil, "needs setpriv (util-linux) to run locker as uid 65534"))
+    @Test(.enabled(if: OtherUser.isPossible, OtherUser.needs))
     func fetchIntoADropBox() throws {
-        let setpriv = try #require(setprivPath)
-        try withStoreFixture { f in
-            #expect(chmod(f.root, 0o711) == 0)
-            // Everything of uid 65534's is in a directory of its own.
-            let home = f.root + "/other"
-            try FileManager.default.createDirectory(atPath: home + "/src/d", withIntermediateDirectories: true)
-            #expect(FileManager.default.createFile(atPath: home + "/src/a", contents: Data("top".utf8)))
-            #expect(FileManager.default.createFile(atPath: home + "/src/d/b", contents: Data("below".utf8)))
-            for path in [home, home + "/src", home + "/src/d", home + "/src/a", home + "/src/d/b"] {
-                #expect(chown(path, 65534, 65534) == 0)
-            }
+        try withOtherUser { f, other in
+            let home = other.home
+            try other.files(["src/a": Data("top".utf8), "src/d/b": Data("below".utf8)])
             let drop = f.root + "/drop"
             #expect(mkdir(drop, 0o733) == 0 && chmod(drop, 0o733) == 0)
-            func asOther(_ program: String, _ arguments: [String], stdin: String? = nil) throws -> CLIResult {
-                try f.runProgram(setpriv, ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/env",
-                                           "HOME=" + home, "LOCKER_DEVICE=" + home + "/device",
-                                           "LOCKER_STORE=" + home + "/store", program] + arguments, stdin: stdin)
-            }
-            func locker(_ arguments: [String], stdin: String? = nil) throws -> CLIResult {
-                try asOther(CLIFixture.lockerPath, arguments, stdin: stdin)
-            }
-            // Its agent goes with the reboot, or is killed.
-            defer {
-                _ = try? locker(["reboot"])
-                for pid in agentProcesses(serving: home + "/device") {
-                    kill(pid, SIGKILL)
-                    _ = waitUntilGone(pid)
-                }
-            }
-            let made = try locker(["init", "--passcode-stdin"], stdin: "1234\n")
-            try #require(made.status == 0, "uid 65534 cannot use locker here: \(made)")
+            func locker(_ arguments: [String]) throws -> CLIResult { try other.locker(arguments) }
             let stored = try locker(["put", "-r", home + "/src", "/s"])
             try #require(stored.status == 0, "\(stored)")
             // Root reads any directory; uid 65534 cannot list this one, so
             // the fetches below open it with O_PATH.
-            let listing = try asOther("/bin/ls", [drop])
+            let listing = try other.run("/bin/ls", [drop])
             try #require(listing.status != 0, "uid 65534 can list the drop box: \(listing)")
 
             func contents(_ path: String) -> String? {
