@@ -126,6 +126,8 @@ enum ErrorPresenter {
         switch error {
         case let failure as CommandFailure:
             return (failure.status, failure.message, failure.hint)
+        case let unreadable as UnreadableSource:
+            return (.failure, "cannot read \(unreadable.path): \(String(cString: strerror(unreadable.errno)))", nil)
         case let error as DeviceError:
             return describe(error)
         case let error as AgentError:

@@ -162,16 +162,18 @@ struct Put: ParsableCommand {
             // Said even when the import stopped part way: what was stored
             // stays stored.
             changes.warnEach()
-            let (count, skipped) = try imported.get()
+            let (count, skipped, unreadable) = try imported.get()
             if output.json {
-                try printJSON(["imported": count, "skipped": skipped, "changed": changes.count])
+                try printJSON(["imported": count, "skipped": skipped, "unreadable": unreadable, "changed": changes.count])
             } else {
                 var notes: [String] = []
                 if skipped > 0 { notes.append("\(skipped) skipped") }
+                if unreadable > 0 { notes.append("\(unreadable) unreadable") }
                 if changes.count > 0 { notes.append("\(changes.count) changed while read") }
                 let also = notes.isEmpty ? "" : " (" + notes.joined(separator: "; ") + "; see the warnings)"
                 print("Stored \(count) object\(count == 1 ? "" : "s") under \(shown(target.description))\(also).")
             }
+            try UnreadableSource.fail(count: unreadable)
             return
         }
         if path.hasSuffix("/") || ((try? store.stat(target)).map { if case .directory = $0.kind { true } else { false } } ?? false) {
@@ -184,7 +186,7 @@ struct Put: ParsableCommand {
         if changed { warn(ChangedSources.warning(source)) }
         if output.json && r {
             // The shape -r promises, whatever SOURCE turned out to be.
-            try printJSON(["imported": 1, "skipped": 0, "changed": changed ? 1 : 0])
+            try printJSON(["imported": 1, "skipped": 0, "unreadable": 0, "changed": changed ? 1 : 0])
         } else if output.json {
             try printJSON(ObjectReport(info))
         } else {
@@ -254,13 +256,22 @@ struct Put: ParsableCommand {
     /// symbolic links are not followed (a link could lead out of the tree,
     /// or back into it without end), and FIFOs, sockets and devices are
     /// not read (a FIFO would block, a device need not end). Each is
-    /// skipped with a warning line. Returns how many objects were stored
-    /// and how many entries were skipped; the files that changed while
-    /// they were read go into `changes`.
-    func importTree(_ store: Store, from local: String, to target: StorePath, changes: ChangedSources) throws -> (stored: Int, skipped: Int) {
+    /// skipped with a warning line. So is each file or directory below
+    /// `local` that this user may not read or list (see
+    /// ``UnreadableSource``), with everything below it, and the import goes
+    /// on; `local` itself must be readable. Returns how many objects were
+    /// stored, how many entries were skipped, and how many could not be
+    /// read; the files that changed while they were read go into `changes`.
+    func importTree(_ store: Store, from local: String, to target: StorePath,
+                    changes: ChangedSources) throws -> (stored: Int, skipped: Int, unreadable: Int) {
         let dataFileLimit = Self.dataFilesPerBatch()
         var count = 0
         var skipped = 0
+        var unreadable = 0
+        func skip(_ entry: UnreadableSource) {
+            unreadable += 1
+            warn("not stored: \(entry.path): \(String(cString: strerror(entry.errno)))")
+        }
         func skip(_ path: String, _ st: stat) {
             skipped += 1
             warn("skipped \(path): \(describeFileType(st.st_mode)), not stored")
@@ -281,11 +292,17 @@ struct Put: ParsableCommand {
         // the import cannot make it read files outside.
         let localTree = try LocalTree(local)
         // The tree's directories first: the new ones staged with one sync.
-        var directories: [StorePath] = [target]
+        var directories: [StorePath] = []
+        // Those this user may not list: none is made in the store, and
+        // each is warned of when the walk comes to it, in walk order.
+        var unlistable: [String: UnreadableSource] = [:]
         func collect(_ local: String, _ target: StorePath) throws {
-            for name in try localSubdirectories(of: local, in: localTree) {
-                directories.append(target.appending(name))
-                try collect(local + "/" + name, target.appending(name))
+            do {
+                let names = try localSubdirectories(of: local, in: localTree)
+                directories.append(target)
+                for name in names { try collect(local + "/" + name, target.appending(name)) }
+            } catch let entry as UnreadableSource where entry.path == local && local != localTree.path {
+                unlistable[local] = entry
             }
         }
         try collect(local, target)
@@ -331,22 +348,34 @@ struct Put: ParsableCommand {
             }
         }
         func visit(_ local: String, _ target: StorePath) throws {
-            if !collected.contains(target) {
-                if let tree, tree.isNew(target.parent) {
-                    later.append((local, target))
-                    return
-                }
-                try store.makeDirectory(target, parents: true)
+            if !collected.contains(target), let tree, tree.isNew(target.parent) {
+                later.append((local, target))
+                return
             }
-            // A directory that vanished since the walk began is skipped,
-            // as a vanished file is.
-            guard let (entries, unnamed) = try localEntriesIfPresent(of: local, in: localTree) else { return }
-            for path in unnamed { skip(unnamed: path) }
+            // Listed before a directory is made for it in the store: one
+            // that vanished since the walk began is skipped, as a vanished
+            // file is, and one this user may not list is skipped aloud;
+            // neither leaves an empty directory behind.
+            let listing: (entries: [(name: String, status: stat)], unnamed: [String], unreadable: [UnreadableSource])
+            do {
+                guard let found = try localEntriesIfPresent(of: local, in: localTree) else { return }
+                listing = found
+            } catch let entry as UnreadableSource where entry.path == local && local != localTree.path {
+                skip(entry)
+                return
+            }
+            if !collected.contains(target) { try store.makeDirectory(target, parents: true) }
+            for path in listing.unnamed { skip(unnamed: path) }
+            for entry in listing.unreadable { skip(entry) }
             let isNew = tree?.isNew(target) ?? false
-            for (name, st) in entries.sorted(by: { $0.name < $1.name }) {
+            for (name, st) in listing.entries.sorted(by: { $0.name < $1.name }) {
                 let localPath = local + "/" + name
                 if st.st_mode & S_IFMT == S_IFDIR {
-                    try visit(localPath, target.appending(name))
+                    if let entry = unlistable[localPath] {
+                        skip(entry)
+                    } else {
+                        try visit(localPath, target.appending(name))
+                    }
                 } else if st.st_mode & S_IFMT != S_IFREG {
                     skip(localPath, st)
                 } else if collected.contains(target.appending(name)) {
@@ -361,13 +390,33 @@ struct Put: ParsableCommand {
                 }
             }
         }
+        /// `localPath` opened to be stored; nil if it is not to be: this
+        /// user may not read it (warned of), or it vanished since the walk
+        /// looked at it (left out, as one that vanished before the look).
+        func openToStore(_ localPath: String) throws -> (fd: Int32, status: FileStatus?)? {
+            do {
+                return try openSource(localPath, in: localTree)
+            } catch let entry as UnreadableSource {
+                skip(entry)
+                return nil
+            } catch let failure as CommandFailure where failure.status == .notFound {
+                return nil
+            }
+        }
         func storeFile(_ localPath: String, _ st: stat, at path: StorePath) throws {
             try Interruption.check()
             if UInt64(st.st_size) > Self.batchFileLimit {
                 try flush(drain: true)
-                if try putFile(store, source: localPath, to: path, in: localTree).changed { changes.add(localPath) }
+                guard let opened = try openToStore(localPath) else { return }
+                if try putFile(store, source: localPath, to: path, in: localTree, opened: opened).changed { changes.add(localPath) }
                 count += 1
             } else {
+                // Opened once now, as well as when its batch reads it: a
+                // batch stops at a source that fails, so a file that cannot
+                // be read must be found before it joins one; and a batch's
+                // files are not held open meanwhile (a descriptor each).
+                guard let opened = try openToStore(localPath) else { return }
+                Foundation.close(opened.fd)
                 let file = LocalFileSource(localPath, in: localTree, changes: changes)
                 pending.append(PutBatchItem(path: path, protection: self.class?.value, expectedLength: UInt64(st.st_size), source: file.read))
                 pendingBytes += UInt64(st.st_size)
@@ -401,7 +450,7 @@ struct Put: ParsableCommand {
         }
         try flush(drain: true)
         count += try commits.wait()
-        return (count, skipped)
+        return (count, skipped, unreadable)
     }
 }
 
@@ -460,19 +509,53 @@ final class LocalTree: @unchecked Sendable {
     }
 }
 
+/// A file or directory in the tree `put -r` walks that its user may not
+/// read, list or look at: opening it (or, for an entry of a directory that
+/// may be listed but not searched, looking at it) failed with EACCES or
+/// EPERM. That is about the entry alone, so the walk skips it with a
+/// warning and stores the rest; any other failure (a fault of the disk, a
+/// link put in the way, a file that is no longer a regular one) still
+/// stops the import. Where it is not caught it is the error line it has
+/// always been, `cannot read PATH: REASON` (exit 1).
+struct UnreadableSource: Error {
+    let path: String
+    let errno: Int32
+
+    /// `errno` from opening or looking at `path` as an unreadable entry,
+    /// if it is one.
+    init?(_ path: String, errno: Int32) {
+        guard errno == EACCES || errno == EPERM else { return nil }
+        self.path = path
+        self.errno = errno
+    }
+
+    /// Fails a `put -r` that skipped `count` such entries, after its
+    /// summary: they were named as they were found.
+    static func fail(count: Int) throws {
+        guard count > 0 else { return }
+        throw CommandFailure(.failure, "\(count) file\(count == 1 ? " or directory" : "s or directories") could not be read and "
+                                 + (count == 1 ? "was" : "were") + " not stored",
+                             hint: "the warnings name them; once this user may read them, run the command again to store them")
+    }
+}
+
 /// What `name` in the open directory `directory` is, not following a link;
-/// nil if it does not exist (any other failure is one error line).
+/// nil if it does not exist. If its user may not look at it, throws
+/// ``UnreadableSource``; any other failure is one error line.
 private func localStatus(_ name: String, in directory: Int32, path: String) throws -> stat? {
     var st = stat()
     if fstatat(directory, name, &st, AT_SYMLINK_NOFOLLOW) == 0 { return st }
     if errno == ENOENT { return nil }
+    if let entry = UnreadableSource(path, errno: errno) { throw entry }
     throw CommandFailure.cannot("read \(path)", errno)
 }
 
 /// Why the local file or directory `path` could not be opened: one error
 /// line (66 if it does not exist). `inTree`: `path` is below the tree
-/// `put -r` walks, opened through no symbolic link.
-private func openFailure(_ path: String, _ error: IOError, inTree: Bool = true) -> CommandFailure {
+/// `put -r` walks, opened through no symbolic link; there, one its user
+/// may not read is an ``UnreadableSource``.
+private func openFailure(_ path: String, _ error: IOError, inTree: Bool = true) -> any Error {
+    if inTree, let entry = UnreadableSource(path, errno: error.errno) { return entry }
     let reason = inTree && (error.errno == ELOOP || error.errno == EXDEV)
         ? "it, or a directory on its way, is now a symbolic link (not followed)"
         : String(cString: strerror(error.errno))
@@ -481,15 +564,22 @@ private func openFailure(_ path: String, _ error: IOError, inTree: Bool = true) 
 
 /// The names of the directories in `local` (not symbolic links to
 /// directories: `put -r` does not follow links), from the entry types
-/// readdir(3) gives: no stat for each file.
+/// readdir(3) gives: no stat for each file. An entry of unknown type that
+/// its user may not look at is not known to be a directory, and is left
+/// out: ``localEntriesIfPresent(of:in:)`` reports it. `local` itself may
+/// be an ``UnreadableSource``.
 func localSubdirectories(of local: String, in tree: LocalTree) throws -> [String] {
     var names: [String] = []
     try readLocalDirectory(local, in: tree) { name, type, directory in
         switch Int32(type) {
         case Int32(DT_DIR): names.append(name)
         case Int32(DT_UNKNOWN):
-            if let st = try localStatus(name, in: directory, path: local + "/" + name), st.st_mode & S_IFMT == S_IFDIR {
-                names.append(name)
+            do {
+                if let st = try localStatus(name, in: directory, path: local + "/" + name), st.st_mode & S_IFMT == S_IFDIR {
+                    names.append(name)
+                }
+            } catch is UnreadableSource {
+                // Left out here; the walk names it when it lists `local`.
             }
         default: break
         }
@@ -521,20 +611,28 @@ func warn(_ message: String) {
 /// An entry that vanished before its look is left out. `unnamed` lists,
 /// for a warning, the entries whose names are not UTF-8 (shown with their
 /// bytes escaped): a store name is a string, so they cannot be stored.
+/// `unreadable` lists, in name order, the entries its user may not look
+/// at (`local` may be listed but not searched). If `local` cannot be
+/// listed by its user, throws ``UnreadableSource``.
 func localEntriesIfPresent(of local: String, in tree: LocalTree)
-    throws -> (entries: [(name: String, status: stat)], unnamed: [String])? {
+    throws -> (entries: [(name: String, status: stat)], unnamed: [String], unreadable: [UnreadableSource])? {
     var entries: [(name: String, status: stat)] = []
     var unnamed: [String] = []
+    var unreadable: [UnreadableSource] = []
     do {
         try readLocalDirectory(local, in: tree, unnamed: { unnamed.append(shown(local) + "/" + $0) }) { name, _, directory in
-            if let st = try localStatus(name, in: directory, path: local + "/" + name) { entries.append((name, st)) }
+            do {
+                if let st = try localStatus(name, in: directory, path: local + "/" + name) { entries.append((name, st)) }
+            } catch let entry as UnreadableSource {
+                unreadable.append(entry)
+            }
         }
     } catch let failure as CommandFailure where failure.status == .notFound {
         // Only the open of `local` says "not found": an entry that vanished
         // is left out instead.
         return nil
     }
-    return (entries, unnamed)
+    return (entries, unnamed, unreadable.sorted { $0.path < $1.path })
 }
 
 /// Calls `body` with each entry's name and readdir(3) type, and the

@@ -448,7 +448,7 @@ struct TreeCLITests {
 
             let json = try f.ok(["put", "-r", local, "/again", "--json"], timeout: 20)
             let report = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Int]
-            #expect(report == ["imported": 1, "skipped": 4, "changed": 0], "\(json)")
+            #expect(report == ["imported": 1, "skipped": 4, "unreadable": 0, "changed": 0], "\(json)")
         }
     }
 
@@ -480,13 +480,88 @@ struct TreeCLITests {
             #expect(try f.ok(["ls", "/odd"]).stdout == "back\\\\slash\nok/\n")
             let json = try f.ok(["put", "-r", local, "/again", "--json"], timeout: 20)
             let report = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Int]
-            #expect(report == ["imported": 2, "skipped": 2, "changed": 0], "\(json)")
+            #expect(report == ["imported": 2, "skipped": 2, "unreadable": 0, "changed": 0], "\(json)")
 
             let single = try f.runProgram("/bin/sh", ["-c", "\"$0\" put \"$1/caf$(printf '\\351').txt\" /x", CLIFixture.lockerPath, local])
             #expect(single.status == 64, "\(single)")
             #expect(single.stderr.hasPrefix("locker: error: argument 2, '\(local)/caf\u{FFFD}.txt', is not UTF-8 (byte \(local.utf8.count + 5) is 0xe9)\n"),
                     "\(single)")
             #expect(try f.raw(["stat", "/x"]).status == 66)
+        }
+    }
+
+    /// A file or directory below SRC that its user may not read does not
+    /// stop `put -r`, as it stops neither `cp -r` nor tar: each is named by
+    /// one warning line and nothing of it is stored, every file that can
+    /// be read is, and the command then exits 1 with a summary line
+    /// (`--json`: one document, counting them as "unreadable"). Once they
+    /// may be read, the next `put -r` stores them. A small unreadable file
+    /// (it would go in a batch), a large one (stored alone, after the
+    /// directories the import creates appear), and a directory that cannot
+    /// be listed, with a file in it. Run as uid 65534: root reads anything.
+    @Test(.enabled(if: OtherUser.isPossible, OtherUser.needs))
+    func treeSkipsWhatItsUserCannotRead() throws {
+        try withOtherUser { _, other in
+            let readable = [
+                "a.txt": Data("top".utf8),
+                "sub/b.txt": Data("below".utf8),
+                "sub/big.bin": pseudoRandomBytes(5 << 20, seed: 21),
+            ]
+            let unreadable = [
+                "hidden.txt": Data("not for this user".utf8),
+                "sub/hidden.bin": pseudoRandomBytes(5 << 20, seed: 22),
+                "closed/inside.txt": Data("in a directory this user may not list".utf8),
+            ]
+            let every = readable.merging(unreadable) { a, _ in a }
+            let local = other.home + "/src"
+            try other.files(every.reduce(into: [:]) { $0["src/" + $1.key] = $1.value })
+            for path in ["hidden.txt", "sub/hidden.bin", "closed"] { #expect(chmod(local + "/" + path, 0) == 0) }
+
+            let put = try other.locker(["put", "-r", local, "/t"])
+            #expect(put.status == 1, "\(put)")
+            #expect(put.stdout == "Stored 3 objects under /t (3 unreadable; see the warnings).\n", "\(put)")
+            // In walk order (the large file in a new directory is stored,
+            // or not, after the directories appear).
+            #expect(put.stderr == """
+                locker: warning: not stored: \(local)/closed: Permission denied
+                locker: warning: not stored: \(local)/hidden.txt: Permission denied
+                locker: warning: not stored: \(local)/sub/hidden.bin: Permission denied
+                locker: error: 3 files or directories could not be read and were not stored
+                locker: hint: the warnings name them; once this user may read them, run the command again to store them
+
+                """, "\(put)")
+            func fetchedBack(_ files: [String: Data]) throws {
+                for (path, data) in files {
+                    let out = other.home + "/fetched"
+                    let get = try other.locker(["get", "/t/" + path, out])
+                    #expect(get.status == 0, "\(get)")
+                    #expect(FileManager.default.contents(atPath: out) == data, "\(path)")
+                    try FileManager.default.removeItem(atPath: out)
+                }
+            }
+            try fetchedBack(readable)
+            #expect(try other.locker(["ls", "/t"]).stdout == "a.txt\nsub/\n")
+            #expect(try other.locker(["ls", "/t/sub"]).stdout == "b.txt\nbig.bin\n")
+
+            // Again, into the tree stored: the same lines, and the JSON.
+            let json = try other.locker(["put", "-r", local, "/t", "--json"])
+            #expect(json.status == 1 && json.stderr == put.stderr, "\(json)")
+            let report = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Int]
+            #expect(report == ["imported": 3, "skipped": 0, "unreadable": 3, "changed": 0], "\(json)")
+
+            // SRC itself is no entry to skip: the import fails as before.
+            let closed = try other.locker(["put", "-r", local + "/closed", "/closed"])
+            #expect(closed.status == 1 && closed.stdout.isEmpty, "\(closed)")
+            #expect(closed.stderr == "locker: error: cannot read \(local)/closed: Permission denied\n", "\(closed)")
+
+            for (path, mode) in [("hidden.txt", 0o644), ("sub/hidden.bin", 0o644), ("closed", 0o755)] {
+                #expect(chmod(local + "/" + path, mode_t(mode)) == 0)
+            }
+            let again = try other.locker(["put", "-r", local, "/t"])
+            #expect(again.status == 0 && again.stderr.isEmpty, "\(again)")
+            #expect(again.stdout == "Stored 6 objects under /t.\n", "\(again)")
+            try fetchedBack(every)
+            #expect(try other.locker(["ls", "/t"]).stdout == "a.txt\nclosed/\nhidden.txt\nsub/\n")
         }
     }
 
@@ -520,7 +595,7 @@ struct TreeCLITests {
             let quiet = try f.ok(["put", moving, "/quiet.bin"])
             #expect(!quiet.stderr.contains("changed while"), "\(quiet)")
             let quietTree = try f.ok(["put", "-r", local, "/quiet-tree", "--json"])
-            #expect(try report(quietTree) == ["imported": 3, "skipped": 0, "changed": 0], "\(quietTree)")
+            #expect(try report(quietTree) == ["imported": 3, "skipped": 0, "unreadable": 0, "changed": 0], "\(quietTree)")
             #expect(!quietTree.stderr.contains("changed while"), "\(quietTree)")
 
             let rewrite = open(moving, O_WRONLY)
@@ -556,7 +631,7 @@ struct TreeCLITests {
             #expect(!tree.stderr.contains("still"), "\(tree)")
 
             let json = try f.ok(["put", "-r", local, "/tree-json", "--json"])
-            #expect(try report(json) == ["imported": 3, "skipped": 0, "changed": 2], "\(json)")
+            #expect(try report(json) == ["imported": 3, "skipped": 0, "unreadable": 0, "changed": 2], "\(json)")
             stop.update { $0 = true }
 
             // What was stored is what was read: the rewritten byte is the
