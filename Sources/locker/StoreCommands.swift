@@ -262,16 +262,6 @@ struct Put: ParsableCommand {
     /// on; `local` itself must be readable. Returns how many objects were
     /// stored, how many entries were skipped, and how many could not be
     /// read; the files that changed while they were read go into `changes`.
-    /// Whether `st`'s mode alone settles that this process may read the
-    /// file: it runs as root, or owns the file and its owner may read it
-    /// (access control lists do not change the owner's bits). For anyone
-    /// else, group and other bits can be overridden by an access control
-    /// list, so they settle nothing.
-    static func modeLetsRead(_ st: stat) -> Bool {
-        let user = geteuid()
-        return user == 0 || (st.st_uid == user && st.st_mode & S_IRUSR != 0)
-    }
-
     func importTree(_ store: Store, from local: String, to target: StorePath,
                     changes: ChangedSources) throws -> (stored: Int, skipped: Int, unreadable: Int) {
         let dataFileLimit = Self.dataFilesPerBatch()
@@ -421,16 +411,20 @@ struct Put: ParsableCommand {
                 if try putFile(store, source: localPath, to: path, in: localTree, opened: opened).changed { changes.add(localPath) }
                 count += 1
             } else {
-                // A batch stops at a source that fails, so a file that
-                // cannot be read must be found before it joins one. Where
-                // its mode cannot say so (it is another user's), it is
-                // opened once now as well as when its batch reads it; a
-                // batch's files are not held open meanwhile (a descriptor
-                // each). A file of this user's that it may read, or any for
-                // root, costs no open more: the common case, per small file.
-                if !Self.modeLetsRead(st) {
-                    guard let opened = try openToStore(localPath) else { return }
-                    Foundation.close(opened.fd)
+                // A batch stops at a source that fails, so a file this user
+                // may not read, or one gone since the walk looked, must be
+                // found before it joins one. access(2) asks the kernel
+                // itself (access control lists, root's capabilities, an NFS
+                // server's answer), in one call and with no descriptor; the
+                // file is opened only when its batch reads it.
+                if faccessat(AT_FDCWD, localPath, R_OK, AT_EACCESS) != 0 {
+                    let error = errno
+                    if error == ENOENT { return }
+                    if let entry = UnreadableSource(localPath, errno: error) {
+                        skip(entry)
+                        return
+                    }
+                    // Anything else is the batch's read to report.
                 }
                 let file = LocalFileSource(localPath, in: localTree, changes: changes)
                 pending.append(PutBatchItem(path: path, protection: self.class?.value, expectedLength: UInt64(st.st_size), source: file.read))

@@ -708,13 +708,8 @@ struct StoreDamageCLITests {
         }
     }
 
-    /// Each kind of damaged entry is removed by the name `ls` and `verify`
-    /// give it, as verify's hint says: an entry whose name does not
-    /// authenticate (`?<file name>`), a directory whose record does not
-    /// (with `-r`), and an object whose header does not. Their data is
-    /// then unreferenced, and `verify --repair` removes it. Nothing else
-    /// goes: a good entry cannot be named by its file name, and a real
-    /// name that begins with "?" is the object of that name.
+    /// `purge --key-reset` cannot tell a damaged entry's generation: it
+    /// names each one, purges the rest of the store, and exits 65.
     @Test func purgeGoesPastDamagedEntriesAndNamesThem() throws {
         try withStoreFixture { f in
             try f.initialize()
@@ -761,6 +756,13 @@ struct StoreDamageCLITests {
         }
     }
 
+    /// Each kind of damaged entry is removed by the name `ls` and `verify`
+    /// give it, as verify's hint says: an entry whose name does not
+    /// authenticate (`?<file name>`), a directory whose record does not
+    /// (with `-r`), and an object whose header does not. Their data is
+    /// then unreferenced, and `verify --repair` removes it. Nothing else
+    /// goes: a good entry cannot be named by its file name, and a real
+    /// name that begins with "?" is the object of that name.
     @Test func damagedEntriesAreRemovedByTheNameLsGivesThem() throws {
         try withStoreFixture { f in
             try f.initialize()

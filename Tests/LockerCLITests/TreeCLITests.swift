@@ -490,6 +490,34 @@ struct TreeCLITests {
         }
     }
 
+    /// Root whose capabilities to read past a file's mode were dropped
+    /// (as a container may run it) cannot read another user's file of mode
+    /// 0600, though it is root and its mode says nothing of root: the walk
+    /// asks the kernel, and the file is skipped aloud as for any user.
+    @Test(.enabled(if: geteuid() == 0 && setprivPath != nil, "needs root and setpriv (util-linux)"))
+    func rootWithoutReadCapabilitiesSkipsWhatItCannotRead() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = f.root + "/src"
+            try FileManager.default.createDirectory(atPath: local + "/sub", withIntermediateDirectories: true)
+            try Data("kept".utf8).write(to: URL(fileURLWithPath: local + "/a.txt"))
+            try Data("another user's".utf8).write(to: URL(fileURLWithPath: local + "/sub/theirs.txt"))
+            #expect(chown(local + "/sub/theirs.txt", 65534, 65534) == 0)
+            #expect(chmod(local + "/sub/theirs.txt", 0o600) == 0)
+            let put = try f.runProgram(setprivPath!, ["--bounding-set", "-dac_override,-dac_read_search", "--",
+                                                      CLIFixture.lockerPath, "put", "-r", local, "/t"])
+            #expect(put.status == 1, "\(put)")
+            #expect(put.stdout == "Stored 1 object under /t (1 unreadable; see the warnings).\n", "\(put)")
+            #expect(put.stderr.hasPrefix("locker: warning: not stored: \(local)/sub/theirs.txt: Permission denied\n"
+                                         + "locker: error: 1 file or directory could not be read and was not stored\n"), "\(put)")
+            #expect(try f.raw(["get", "/t/a.txt"]).stdout == Data("kept".utf8))
+            #expect(try f.raw(["stat", "/t/sub/theirs.txt"]).status == 66)
+            // With its capabilities, root reads it.
+            try f.ok(["put", "-r", local, "/u"])
+            #expect(try f.raw(["get", "/u/sub/theirs.txt"]).stdout == Data("another user's".utf8))
+        }
+    }
+
     /// A file or directory below SRC that its user may not read does not
     /// stop `put -r`, as it stops neither `cp -r` nor tar: each is named by
     /// one warning line and nothing of it is stored, every file that can
