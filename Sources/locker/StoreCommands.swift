@@ -1151,26 +1151,39 @@ struct Get: ParsableCommand {
 
 }
 
-/// The objects a `get -r` or `export` left out because they are damaged:
-/// each is warned of as it is found (`locker: warning: not fetched: …`,
-/// or `not exported`), the rest is fetched, and the command then fails
-/// (exit 65).
+/// The entries a `get -r`, `export` or `purge` left out because they are
+/// damaged (an object, or a directory whose record is damaged, with
+/// everything below it): each is warned of as it is found (`locker:
+/// warning: not fetched: …`, `not exported`, `not checked`), the rest is
+/// done, and the command then fails (exit 65).
 final class DamagedObjects {
-    private(set) var count = 0
-    /// What the warnings and the error say of an object left out.
+    /// Each one noted, by its store path, with what failed to
+    /// authenticate.
+    private(set) var found: [(path: String, what: String)] = []
+    var count: Int { found.count }
+    /// What the warnings and the error say of an entry left out.
     private let leftOut: String
 
-    /// `exporting`: for `export` (`not exported`), else `get -r`.
-    init(exporting: Bool = false) {
-        leftOut = exporting ? "not exported" : "not fetched"
+    /// `leftOut`: what was not done to them, as the messages say it.
+    init(leftOut: String = "not fetched") {
+        self.leftOut = leftOut
     }
 
+    /// Notes an integrity failure (``StoreError/integrity(path:what:)``);
+    /// any other error is not damage, and is not noted.
     func note(_ error: StoreError) {
-        count += 1
+        guard case .integrity(let path, let what) = error else { return }
+        found.append((path, what))
         warn("\(leftOut): \(ErrorPresenter.describe(error).1)")
     }
 
-    /// Throws if any object was left out.
+    /// The reason a report (the manifest, `--json`) gives for a damaged
+    /// entry.
+    static func reason(_ what: String) -> String {
+        "damaged: \(what) failed authentication"
+    }
+
+    /// Throws if any entry was left out.
     func fail() throws {
         guard count > 0 else { return }
         throw CommandFailure(.integrity, "\(count) damaged object\(count == 1 ? " was" : "s were") \(leftOut)",
@@ -1986,7 +1999,7 @@ struct Export: ParsableCommand {
                                  hint: "move it first, for example 'locker mv /manifest.json /manifest.json.orig'")
         }
         if !destination.isEmpty { try global.refuseDestinationInside(destination) }
-        let damaged = DamagedObjects(exporting: true)
+        let damaged = DamagedObjects(leftOut: "not exported")
         let written: (entries: [Entry], resetCount: Int)
         var st = stat()
         if !destination.isEmpty, lstat(destination, &st) != 0, errno == ENOENT {
@@ -2054,7 +2067,7 @@ struct Export: ParsableCommand {
             guard case .integrity(let path, let what) = error else { return }
             damaged.note(error)
             var entry = entry ?? Entry(path: path, exported: false)
-            entry.skipped = "damaged: \(what) failed authentication"
+            entry.skipped = DamagedObjects.reason(what)
             entries.append(entry)
         }
         try store.walk(.root, damaged: { leaveOut($0) }) { path, isDirectory in
@@ -2120,18 +2133,14 @@ struct Purge: ParsableCommand {
         // A damaged entry cannot be told to be of an older generation, so it
         // is left as it is and named; the rest of the store is still purged,
         // as `get -r` still fetches the rest.
-        var damaged: [StoreError] = []
-        try store.walk(.root, damaged: { error in
-            damaged.append(error)
-            warn("not checked: \(ErrorPresenter.describe(error).1)")
-        }) { path, isDirectory in
+        let damaged = DamagedObjects(leftOut: "not checked")
+        try store.walk(.root, damaged: damaged.note) { path, isDirectory in
             guard !isDirectory else { return }
             let kind: ItemInfo.Kind
             do {
                 kind = try store.stat(path).kind
             } catch let error as StoreError where error.isIntegrity {
-                damaged.append(error)
-                warn("not checked: \(ErrorPresenter.describe(error).1)")
+                damaged.note(error)
                 return
             }
             guard case .object(let info) = kind, info.reason == "keyReset" else { return }
@@ -2139,34 +2148,23 @@ struct Purge: ParsableCommand {
         }
         for path in doomed { try store.remove(path) }
         if output.json {
-            try printJSON(PurgeReport(purged: doomed.map(\.description), damaged: damaged.map(DamagedEntry.init)))
+            try printJSON(PurgeReport(purged: doomed.map(\.description),
+                                      damaged: damaged.found.map { .init(path: $0.path, reason: DamagedObjects.reason($0.what)) }))
         } else {
             print("Purged \(doomed.count) object\(doomed.count == 1 ? "" : "s") of an older key generation.")
             for path in doomed { print("  \(shown(path.description))") }
         }
-        guard damaged.isEmpty else {
-            throw CommandFailure(.integrity, "\(damaged.count) damaged entr\(damaged.count == 1 ? "y was" : "ies were") not checked",
-                                 hint: "'locker verify' lists the damage; restore those entries from a copy, or remove them with 'locker rm'")
-        }
+        try damaged.fail()
     }
 
     /// What `purge --json` prints: the paths removed, and the damaged
     /// entries left unchecked (each `{"path", "reason"}`).
     struct PurgeReport: Encodable {
-        var purged: [String]
-        var damaged: [DamagedEntry]
-    }
-
-    struct DamagedEntry: Encodable {
-        var path: String
-        var reason: String
-
-        init(_ error: StoreError) {
-            if case .integrity(let path, let what) = error {
-                (self.path, reason) = (path, "damaged: \(what) failed authentication")
-            } else {
-                (path, reason) = ("", ErrorPresenter.describe(error).1)
-            }
+        struct Damaged: Encodable {
+            var path: String
+            var reason: String
         }
+        var purged: [String]
+        var damaged: [Damaged]
     }
 }

@@ -733,8 +733,8 @@ struct StoreDamageCLITests {
                 #expect(warnings.contains { $0.hasPrefix("locker: warning: not checked: integrity failure: \(path): ") }, "\(path): \(purge)")
             }
             #expect(purge.stderr.hasSuffix("""
-                locker: error: 2 damaged entries were not checked
-                locker: hint: 'locker verify' lists the damage; restore those entries from a copy, or remove them with 'locker rm'
+                locker: error: 2 damaged objects were not checked
+                locker: hint: 'locker verify' lists the damage; restore those objects from a copy, or remove them with 'locker rm'
 
                 """), "\(purge)")
             for path in ["/p/old", "/q/old"] { #expect(try f.raw(["stat", path]).status == 66, "\(path)") }
