@@ -39,7 +39,7 @@ final class LocalDestination: @unchecked Sendable {
             throw CommandFailure(.failure, "cannot write into \(place.path): \(Self.reason(error))")
         }
         guard directory.status.device == place.device, directory.status.inode == place.inode else {
-            throw CommandFailure(.failure, "cannot write into \(place.path): it was moved or replaced during the fetch")
+            throw CommandFailure(.failure, "cannot write into \(place.path): it was moved or replaced while files were written into it")
         }
         return LocalDirectory(directory, relative: place.relative)
     }
@@ -48,7 +48,7 @@ final class LocalDestination: @unchecked Sendable {
     private static func reason(_ error: IOError) -> String {
         switch error.errno {
         case ELOOP, EXDEV: "it, or a directory on its way, is now a symbolic link (not followed below the destination)"
-        case ENOENT: "it was moved or removed during the fetch"
+        case ENOENT: "it was moved or removed while files were written into it"
         default: String(cString: strerror(error.errno))
         }
     }
@@ -118,7 +118,7 @@ final class LocalDirectory: @unchecked Sendable {
             throw CommandFailure.cannot("write into \(path)", error.errno)
         }
         if let seen, !created, !opened.status.isSameFile(as: seen) {
-            throw CommandFailure(.failure, "cannot write into \(path): it was moved or replaced during the fetch")
+            throw CommandFailure(.failure, "cannot write into \(path): it was moved or replaced while files were written into it")
         }
         let relative = place.relative == "." ? name : place.relative + "/" + name
         return LocalDirectory(opened, relative: relative)
@@ -151,7 +151,7 @@ func publishBuiltDirectory(_ name: String, from: OpenDirectory, to target: Strin
         throw CommandFailure.cannot("write \(path)", error.errno)
     }
     guard renamed else {
-        throw CommandFailure(.failure, "cannot write \(path): it was created by something else during the fetch")
+        throw CommandFailure(.failure, "cannot write \(path): something else was created there while it was being built")
     }
 }
 
@@ -202,7 +202,7 @@ func buildNewDirectory<Built>(_ path: String, mode: UInt32 = 0o777,
         guard let placed = try? base.directory.status(of: name), placed.isSameFile(as: staging.directory.status) else {
             // Put back what was renamed: `path` is left as it was.
             _ = try? base.directory.renameIfAbsent(name, to: stagingName, in: base.directory)
-            throw CommandFailure(.failure, "cannot write \(trimmed): the directory it was built in was moved or replaced during the fetch")
+            throw CommandFailure(.failure, "cannot write \(trimmed): the directory it was built in was moved or replaced while it was being built")
         }
         // The files are durable already; this makes the name durable (best
         // effort, as after a group commit); a drop box through the tree

@@ -264,6 +264,8 @@ struct Put: ParsableCommand {
     /// read; the files that changed while they were read go into `changes`.
     func importTree(_ store: Store, from local: String, to target: StorePath,
                     changes: ChangedSources) throws -> (stored: Int, skipped: Int, unreadable: Int) {
+        // "SRC/" names the same tree; warnings name SRC/NAME with one slash.
+        let local = splitLocalPath(local).trimmed
         let dataFileLimit = Self.dataFilesPerBatch()
         var count = 0
         var skipped = 0
@@ -906,7 +908,9 @@ struct Get: ParsableCommand {
         var target = destination!
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: target, isDirectory: &isDirectory), isDirectory.boolValue {
-            // "DIR/" names the same directory; messages name DIR/NAME once.
+            // "DIR/" and "DIR//" name the same directory; messages name
+            // DIR/NAME with one slash.
+            target = splitLocalPath(target).trimmed
             target += (target.hasSuffix("/") ? "" : "/") + source.name
         } else if target.count > 1, target.hasSuffix("/") {
             // "DIR/" names a directory that must exist, as it does to cp(1).

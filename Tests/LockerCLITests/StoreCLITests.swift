@@ -579,6 +579,8 @@ struct StoreCLITests {
             let occupied = try f.run(["get", "/obj", f.root + "/dir/sub/"])
             #expect(occupied.status == 1, "\(occupied)")
             #expect(occupied.stderr == "locker: error: cannot write \(f.root)/dir/sub/obj: Is a directory\n", "\(occupied)")
+            let doubled = try f.run(["get", "/obj", f.root + "/dir/sub//"])
+            #expect(doubled.stderr == "locker: error: cannot write \(f.root)/dir/sub/obj: Is a directory\n", "\(doubled)")
         }
     }
 

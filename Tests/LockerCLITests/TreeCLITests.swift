@@ -571,8 +571,9 @@ struct TreeCLITests {
             #expect(try other.locker(["ls", "/t"]).stdout == "a.txt\nsub/\n")
             #expect(try other.locker(["ls", "/t/sub"]).stdout == "b.txt\nbig.bin\n")
 
-            // Again, into the tree stored: the same lines, and the JSON.
-            let json = try other.locker(["put", "-r", local, "/t", "--json"])
+            // Again, into the tree stored, as SRC/ (the same tree): the
+            // same lines, with one slash, and the JSON.
+            let json = try other.locker(["put", "-r", local + "//", "/t", "--json"])
             #expect(json.status == 1 && json.stderr == put.stderr, "\(json)")
             let report = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Int]
             #expect(report == ["imported": 3, "skipped": 0, "unreadable": 3, "changed": 0], "\(json)")
@@ -829,7 +830,7 @@ struct TreeCLITests {
             #expect(watch.created() == 0, "files were created where the link leads")
             #expect(localFiles(outside) == ["b"], "written where the link leads: \(localFiles(outside))")
             #expect(newStatus == 1, "exit \(String(describing: newStatus)): \(newStderr)")
-            #expect(newStderr.contains("locker: error: cannot write \(parent)/new: the directory it was built in was moved or replaced during the fetch"), "\(newStderr)")
+            #expect(newStderr.contains("locker: error: cannot write \(parent)/new: the directory it was built in was moved or replaced while it was being built"), "\(newStderr)")
             var st = stat()
             #expect(lstat(parent + "/new", &st) != 0 && errno == ENOENT, "DEST was left behind")
             #expect(localFiles(builtIn).isEmpty, "the tree built was left: \(localFiles(builtIn))")
@@ -867,7 +868,7 @@ struct TreeCLITests {
                 try FileManager.default.createDirectory(atPath: dest + "/c/y", withIntermediateDirectories: false)
             }
             #expect(status == 1, "exit \(String(describing: status)): \(stderr)")
-            #expect(stderr.contains("locker: error: cannot write into \(dest)/c/y: it was moved or replaced during the fetch"), "\(stderr)")
+            #expect(stderr.contains("locker: error: cannot write into \(dest)/c/y: it was moved or replaced while files were written into it"), "\(stderr)")
             #expect(localFiles(dest + "/c/y").isEmpty && localFiles(f.root + "/y-moved").isEmpty)
             noTemporaries(dest)
 
