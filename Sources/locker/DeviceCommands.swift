@@ -21,6 +21,21 @@ struct ClassArgument: ExpressibleByArgument {
 
     var defaultValueDescription: String { value.canonicalName }
     static var allValueStrings: [String] { ProtectionClass.allCases.map(\.canonicalName) }
+
+    /// Every spelling, for messages.
+    static let spellings = "complete, completeUnlessOpen, completeUntilFirstUserAuthentication, none, A–D or untilFirstAuth"
+
+    /// Parses a `--class` value. The error names every spelling on the
+    /// error's one line: the parser's own list names only the canonical
+    /// ones, and with the others it would take a line each.
+    static func parse(_ text: String) throws -> ClassArgument {
+        guard let parsed = ClassArgument(argument: text) else { throw Unknown() }
+        return parsed
+    }
+
+    private struct Unknown: Error, CustomStringConvertible {
+        var description: String { "use \(ClassArgument.spellings)" }
+    }
 }
 
 struct Init: ParsableCommand {
@@ -41,7 +56,8 @@ struct Init: ParsableCommand {
     @Option(help: ArgumentHelp("Seconds class A and B keys stay after a lock (0 to 86400).", valueName: "SECONDS"))
     var grace: Int = 10
 
-    @Option(help: ArgumentHelp("The class new objects get when nothing else decides: a canonical name, A–D or untilFirstAuth.", valueName: "CLASS"))
+    @Option(help: ArgumentHelp("The class new objects get when nothing else decides: \(ClassArgument.spellings) (default: completeUntilFirstUserAuthentication).", valueName: "CLASS"),
+            completion: .list(ClassArgument.allValueStrings), transform: ClassArgument.parse)
     var defaultClass = ClassArgument(.completeUntilFirstUserAuthentication)
 
     @Option(help: ArgumentHelp("Erase the device after N failed passcode attempts (1 to 100).", valueName: "N"))

@@ -126,7 +126,8 @@ struct Put: ParsableCommand {
     @Argument(help: "The path in the store. An existing store directory (or a path ending in /) receives the source under its own name.")
     var path: String
 
-    @Option(help: ArgumentHelp("The protection class: a canonical name, A–D or untilFirstAuth.", valueName: "CLASS"))
+    @Option(help: ArgumentHelp("The protection class: \(ClassArgument.spellings).", valueName: "CLASS"),
+            completion: .list(ClassArgument.allValueStrings), transform: ClassArgument.parse)
     var `class`: ClassArgument?
 
     @Flag(name: [.customShort("r"), .customLong("recursive")], help: "Import a local directory tree.")
@@ -1745,7 +1746,8 @@ struct MakeDirectory: ParsableCommand {
     @Argument(help: "The directory to create.")
     var path: String
 
-    @Option(help: ArgumentHelp("The default class new objects below inherit.", valueName: "CLASS"))
+    @Option(help: ArgumentHelp("The default class new objects below inherit: \(ClassArgument.spellings).", valueName: "CLASS"),
+            completion: .list(ClassArgument.allValueStrings), transform: ClassArgument.parse)
     var `class`: ClassArgument?
 
     @Flag(name: .short, help: "Create missing parents; an existing directory is not an error, unless its default class differs from --class.")
@@ -1798,7 +1800,7 @@ struct SetClass: ParsableCommand {
         let item = try store.stat(target)
         let cls = ProtectionClass(name: self.class)
         if cls == nil && self.class != "inherit" {
-            throw CommandFailure(.usage, "unknown class '\(self.class)'", hint: "use complete, completeUnlessOpen, completeUntilFirstUserAuthentication, none, A–D or untilFirstAuth")
+            throw CommandFailure(.usage, "unknown class '\(self.class)'", hint: "use \(ClassArgument.spellings)")
         }
         switch item.kind {
         case .object:

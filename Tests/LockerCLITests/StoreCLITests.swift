@@ -197,6 +197,8 @@ struct StoreCLITests {
                 // error's one line.
                 (["put", "--class", "a\nb", "/etc/hostname", "/y"], "locker: error: The value 'a\\nb' is invalid for '--class <CLASS>'"),
                 (["setclass", "/x", "a\nb"], "locker: error: unknown class 'a\\nb'\n"),
+                // Every spelling --class takes is listed.
+                (["mkdir", "/d", "--class", "Q"], "locker: error: The value 'Q' is invalid for '--class <CLASS>': use complete, completeUnlessOpen, completeUntilFirstUserAuthentication, none, A–D or untilFirstAuth\nlocker: hint: run 'locker help' for usage\n"),
             ]
             for (arguments, message) in cases {
                 let result = try f.raw(arguments)
