@@ -1,6 +1,6 @@
 internal import LockerCrypto
 internal import LockerDevice
-internal import LockerFormat
+public import LockerFormat
 internal import Foundation
 
 /// What ``Store/listForFetch(_:)`` found in a directory.
@@ -21,6 +21,14 @@ public struct FetchEntry {
     /// was not kept (the listing's budget was spent).
     let fsPath: String
     let directory: Store.Directory
+
+    public var protectionClass: ProtectionClass { header.protectionClass }
+    public var protectionSource: ProtectionSource { header.protectionSource }
+    /// The plaintext size.
+    public var size: UInt64 { header.plaintextLength }
+    /// Nanoseconds since 1970.
+    public var created: Int64 { header.created }
+    public var modified: Int64 { header.modified }
 }
 
 /// An object whose header was read and whose file key was unwrapped by
@@ -29,7 +37,8 @@ public struct PreparedRead {
     public let path: StorePath
     /// The plaintext size.
     public var size: UInt64 { header.plaintextLength }
-    let entry: FetchEntry
+    /// The entry it was listed as.
+    public let entry: FetchEntry
     var header: ObjectHeader { entry.header }
     let fileKey: SecretBytes
     /// Shared by the class C and D objects of one ``Store/prepareReads(_:)``

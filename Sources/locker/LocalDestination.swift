@@ -138,6 +138,27 @@ final class LocalDirectory: @unchecked Sendable {
     func writeFile(_ name: String, mode: UInt32 = 0o600, _ body: (NewLocalFile) throws -> Void) throws {
         try writeLocalFile(name, in: directory, path: path(of: name), mode: mode, body)
     }
+
+    /// Writes the new file `name` in this directory, which is being built
+    /// out of sight (``buildNewDirectory(_:mode:_:)``): created at its name
+    /// (`O_EXCL`), with no sync or rename of its own, since the whole tree
+    /// is made durable by one sync and appears by one rename, or not at
+    /// all. The file is removed if `body` throws.
+    func writeFileOutOfSight(_ name: String, mode: UInt32 = 0o600, _ body: (NewLocalFile) throws -> Void) throws {
+        let fd: Int32
+        do {
+            fd = try directory.createFile(name, mode: mode)
+        } catch {
+            throw CommandFailure.cannot("write \(path(of: name))", error.errno)
+        }
+        defer { Foundation.close(fd) }
+        do {
+            try body(NewLocalFile(fd: fd, name: name, directory: directory))
+        } catch {
+            try? directory.remove(name)
+            throw error
+        }
+    }
 }
 
 /// Renames the directory `name` in `from`, built out of sight, to `target`

@@ -879,7 +879,7 @@ struct Get: ParsableCommand {
                 throw CommandFailure(.usage, "-r needs a local directory as DEST")
             }
             let damaged = DamagedObjects()
-            let count = try exportTree(store, from: source, to: destination, damaged)
+            let count = try TreeFetch(store, damaged: damaged).fetch(from: source, to: destination)
             print("Fetched \(count) object\(count == 1 ? "" : "s") into \(shown(destination))."
                   + (damaged.count > 0 ? " \(damaged.count) damaged not fetched; see the warnings." : ""))
             try damaged.fail()
@@ -941,217 +941,6 @@ struct Get: ParsableCommand {
                 progress.add(UInt64(bytes.count))
             }
         }
-    }
-
-    /// Fetches a tree. Objects are read in groups of up to 256 per
-    /// directory, their keys unwrapped together, and written from every
-    /// core.
-    ///
-    /// Into a directory that does not exist yet, the tree is built inside a
-    /// temporary directory beside it, made durable with one sync of its
-    /// file system and renamed into place: it appears whole or not at all,
-    /// and no file needs a rename of its own.
-    ///
-    /// Into an existing directory, each file is written to a temporary
-    /// file beside its target; once 4,096 are waiting (or they are in
-    /// ``TreeExport/directoriesPerCommit()`` directories), and at the end,
-    /// one sync of each file system written to makes them durable before
-    /// they are renamed into place, on a thread of its own while the next
-    /// files are fetched, and a last sync makes the renames durable. Every
-    /// file is whole or absent.
-    ///
-    /// Every directory below DEST is opened from the one above it through
-    /// no symbolic link, and written into by descriptor
-    /// (``LocalDestination``).
-    func exportTree(_ store: Store, from source: StorePath, to local: String, _ damaged: DamagedObjects) throws -> Int {
-        var st = stat()
-        if lstat(local, &st) != 0, errno == ENOENT { return try exportNewTree(store, from: source, to: local, damaged) }
-        // What is in the way, named as `mkdir -p` would.
-        try makeLocalDirectory(local)
-        let destination = try LocalDestination(local)
-        let export = TreeExport(destination)
-        let direct: Int
-        do {
-            direct = try exportDirectory(store, from: source, into: destination.root, destination, export, damaged)
-            try export.commitWaiting()
-            try export.finishCommit()
-            try export.publishStaged()
-        } catch {
-            export.discard()
-            throw error
-        }
-        export.syncRenames()
-        return export.count + direct
-    }
-
-    private func exportNewTree(_ store: Store, from source: StorePath, to local: String, _ damaged: DamagedObjects) throws -> Int {
-        try buildNewDirectory(local) { destination, tree in
-            try exportDirectory(store, from: source, into: tree, destination, nil, damaged)
-        }
-    }
-
-    /// Fetches the directory `source` into `top`. With an `export`, each
-    /// file goes to a temporary name that `export` commits later, and each
-    /// directory missing locally is built in a temporary directory that
-    /// `export` publishes later, with its files written straight to their
-    /// names; without an `export` (inside a new tree's temporary
-    /// directory), every file goes straight to its name. Returns how many
-    /// files were written straight to their names.
-    ///
-    /// A damaged object (or a subdirectory whose record is damaged) is
-    /// left out, with what it has written of its file removed, and noted
-    /// in `damaged`; the rest is fetched.
-    ///
-    /// Directories are fetched one at a time, depth first, each one's
-    /// files before its subdirectories, so that one listing is held at a
-    /// time; the next directory's listing is read on another thread while
-    /// this one's files are written: its headers may wait on the disk
-    /// while writing computes (measured, `get -r` of 20,000 small objects
-    /// into a new directory with a cold page cache, medians of 4: 1.45 s
-    /// listing then writing, 1.34 s overlapped).
-    ///
-    /// A directory waiting its turn is kept by its place, not open, so
-    /// that a wide tree holds few descriptors; it is opened again through
-    /// no link, and only if it is the directory it was.
-    @discardableResult
-    private func exportDirectory(_ store: Store, from source: StorePath, into top: LocalDirectory,
-                                 _ destination: LocalDestination, _ export: TreeExport?,
-                                 _ damaged: DamagedObjects) throws -> Int {
-        var count = 0
-        let treeExport = export
-        // Each directory with where it goes (the top: nil), the path errors
-        // give for it if not the one where it goes (one built in a
-        // temporary directory: the path it is built for), and the export
-        // its files go through: none in a directory being built out of
-        // sight.
-        var stack: [(source: StorePath, parent: LocalPlace?, name: String, shownAs: String?, seen: FileStatus?, export: TreeExport?)] =
-            [(source, nil, "", nil, nil, export)]
-        var next: (path: StorePath, listing: Prefetch<FetchListing>)?
-        defer { _ = try? next?.listing.wait() }
-        // The last directories written into: the next one's parent is
-        // usually one of them.
-        var recent: [LocalDirectory] = []
-        while let (source, parentPlace, name, shownAs, seen, export) = stack.popLast() {
-            let listing: FetchListing
-            do {
-                if let prefetched = next, prefetched.path == source {
-                    next = nil
-                    listing = try prefetched.listing.wait()
-                } else {
-                    listing = try store.listForFetch(source)
-                }
-            } catch let error as StoreError where parentPlace != nil && error.isIntegrity {
-                // A subdirectory whose record is damaged: nothing below it
-                // can be named, so it is left out whole, and not made.
-                if let parentPlace { treeExport?.unstage(name, in: parentPlace) }
-                damaged.note(error)
-                continue
-            }
-            listing.damaged.forEach(damaged.note)
-            let local: LocalDirectory
-            if let parentPlace {
-                let parent = try recent.last { $0.place == parentPlace } ?? destination.open(parentPlace)
-                // Without an export, it is built out of sight: nothing can
-                // be there yet.
-                local = try parent.subdirectory(name, new: export == nil, seen: seen, shownAs: shownAs)
-                recent = [parent, local]
-            } else {
-                local = top
-                recent = [top]
-            }
-            try export?.noteDirectory(local)
-            for directory in listing.directories.reversed() {
-                // Into an existing tree, what is there now; when its turn
-                // comes, it must still be there or gone.
-                let seen = export == nil ? nil : try local.status(of: directory.name)
-                if let export, seen == nil {
-                    let (container, staged) = try export.stage(directory.name, in: local)
-                    stack.append((directory, container, staged, local.path(of: directory.name), nil, nil))
-                } else {
-                    stack.append((directory, local.place, directory.name, nil, seen, export))
-                }
-            }
-            if let (path, _, _, _, _, _) = stack.last {
-                next = (path, Prefetch { try store.listForFetch(path) })
-            }
-            let objects = listing.objects
-            for start in stride(from: 0, to: objects.count, by: 256) {
-                try Interruption.check()
-                let group = try store.prepareReads(Array(objects[start..<min(objects.count, start + 256)]))
-                // Both cores: a small object is one chunk, decrypted on one.
-                var results = fetchGroup(store, group, into: local, temporaries: export != nil)
-                // A damaged object's partial file goes now; the others
-                // are fetched on.
-                results.removeAll { result in
-                    guard let error = result.error as? StoreError, error.isIntegrity else { return false }
-                    if let written = result.written { written.remove(in: local) }
-                    damaged.note(error)
-                    return true
-                }
-                if let failure = results.lazy.compactMap({ $0.error }).first {
-                    export?.add(results.compactMap { $0.written }, in: local)
-                    throw failure
-                }
-                if let export {
-                    export.add(results.compactMap { $0.written }, in: local)
-                    if export.isFull { try export.commitWaiting() }
-                } else {
-                    count += results.count
-                }
-            }
-        }
-        return count
-    }
-
-    /// Writes each object of `group` to a new file in `local`, several at
-    /// once: a temporary file beside its target when `temporaries` is set,
-    /// else the target itself. Each result holds the file written (if one
-    /// was created) and the error, if any.
-    private func fetchGroup(_ store: Store, _ group: [PreparedRead], into local: LocalDirectory, temporaries: Bool)
-        -> [(written: WrittenFile?, error: (any Error)?)] {
-        typealias Result = (written: WrittenFile?, error: (any Error)?)
-        // Each iteration writes only its own slot of a buffer allocated up
-        // front (not an array, whose elements threads may not write at once).
-        let slots = UnsafeMutableBufferPointer<Result>.allocate(capacity: group.count)
-        slots.initialize(repeating: (nil, nil))
-        defer { slots.deinitialize().deallocate() }
-        let shared = UncheckedStore(store: store, group: group, slots: slots)
-        DispatchQueue.concurrentPerform(iterations: group.count) { i in
-            let object = shared.group[i]
-            let target = object.path.name
-            let temporary = temporaries ? ".locker-" + UUID().uuidString + ".tmp" : target
-            do {
-                try Interruption.check()
-            } catch {
-                shared.slots[i].error = error
-                return
-            }
-            let fd: Int32
-            var token: Int?
-            do throws(IOError) {
-                if temporaries {
-                    // Removed by the signal handling too, should the
-                    // process have to end before it is renamed.
-                    (fd, token) = try Interruption.creatingTemporary(temporary, in: local.directory.fd) { () throws(IOError) -> Int32 in
-                        try local.directory.createFile(temporary)
-                    }
-                } else {
-                    fd = try local.directory.createFile(temporary)
-                }
-            } catch {
-                shared.slots[i].error = CommandFailure.cannot("write \(local.path(of: target))", error.errno)
-                return
-            }
-            shared.slots[i].written = WrittenFile(temporary: temporary, target: target, token: token)
-            defer { Foundation.close(fd) }
-            do {
-                let out = OutputFile(fd: fd, name: temporary, in: local.directory, size: object.size)
-                try out.writeInOrder(name: local.path(of: target)) { try shared.store.read(object, into: $0) }
-            } catch {
-                shared.slots[i].error = error
-            }
-        }
-        return Array(slots)
     }
 
 }
@@ -2006,20 +1795,50 @@ struct Export: ParsableCommand {
         }
         if !destination.isEmpty { try global.refuseDestinationInside(destination) }
         let damaged = DamagedObjects(leftOut: "not exported")
-        let written: (entries: [Entry], resetCount: Int)
-        var st = stat()
-        if !destination.isEmpty, lstat(destination, &st) != 0, errno == ENOENT {
-            // Built out of sight: a new DEST appears with every object that
-            // could be exported and the manifest, or not at all.
-            written = try buildNewDirectory(destination, mode: 0o700) { local, tree in
-                try exportObjects(store, into: tree, local, damaged)
+        // Every object, with what became of it, for the manifest; and how
+        // many were left out because their class key was reset (unlocking
+        // helps a locked object, never one of those).
+        var entries: [Entry] = []
+        var resetCount = 0
+        let fetch = TreeFetch(store, damaged: damaged) { path, listed, outcome in
+            // A damaged header leaves only the path known.
+            var entry = Entry(path: path, exported: false)
+            if let listed {
+                entry = Entry(path: path, protection: listed.protectionClass.canonicalName,
+                              protectionSource: listed.protectionSource.description, size: listed.size, exported: false,
+                              skipped: nil, created: time(listed.created), modified: time(listed.modified))
             }
-        } else {
-            try makeLocalDirectory(destination, mode: 0o700)
-            let local = try LocalDestination(destination)
-            written = try exportObjects(store, into: local.root, local, damaged)
+            switch outcome {
+            case .written:
+                entry.exported = true
+            case .unavailable(.keyReset):
+                entry.skipped = "keyReset: its class key was reset"
+                resetCount += 1
+            case .unavailable(.protectedDataUnavailable(let cls)):
+                entry.skipped = "locked: \(cls.canonicalName) is unavailable in this state"
+            case .unavailable(let error):
+                entry.skipped = ErrorPresenter.describe(error).1
+            case .damaged(let what):
+                entry.skipped = DamagedObjects.reason(what)
+            }
+            entries.append(entry)
         }
-        let (entries, resetCount) = written
+        // A new DEST is built out of sight: it appears with every object
+        // that could be exported and the manifest, or not at all. Into an
+        // existing one, the files are written as `get -r` writes them, and
+        // the manifest last, atomically.
+        _ = try fetch.fetch(from: .root, to: destination, mode: 0o700) { top, outOfSight in
+            // In the store's order: each directory's entries by name, a
+            // directory's contents right after it.
+            entries.sort { $0.path.split(separator: "/").lexicographicallyPrecedes($1.path.split(separator: "/")) }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            let manifest = try encoder.encode(["objects": entries])
+            let write = { (file: NewLocalFile) in
+                try manifest.withUnsafeBytes { try writeAll(file.fd, $0, path: top.path(of: "manifest.json")) }
+            }
+            try outOfSight ? top.writeFileOutOfSight("manifest.json", write) : top.writeFile("manifest.json", write)
+        }
         let skipped = entries.filter { !$0.exported }
         if output.json {
             struct Summary: Encodable {
@@ -2046,76 +1865,6 @@ struct Export: ParsableCommand {
             throw CommandFailure(.protectedDataUnavailable, notExported + (resetCount > 0 ? " (\(resetCount) of them for good: their class key was reset)" : ""),
                                  hint: "unlock and export again, or pass --skip-unavailable")
         }
-    }
-
-    /// Writes every readable object into `top` (DEST, or the directory a
-    /// new DEST is built in), each file atomically, then `manifest.json`
-    /// (atomically too); returns the manifest's entries and how many of
-    /// them were left out because their class key was reset. A locked
-    /// object, one whose key was reset, or a damaged one (noted in
-    /// `damaged`) is left out and listed; any other failure stops the
-    /// export there, with no manifest written.
-    private func exportObjects(_ store: Store, into top: LocalDirectory, _ local: LocalDestination,
-                               _ damaged: DamagedObjects) throws -> (entries: [Entry], resetCount: Int) {
-        // Each directory is made from its parent, through no link, and
-        // written into by descriptor (``LocalDestination``); one open at a
-        // time, found again by its place.
-        var places: [StorePath: LocalPlace] = [.root: top.place]
-        var current: (path: StorePath, directory: LocalDirectory) = (.root, top)
-        func directory(_ path: StorePath) throws -> LocalDirectory {
-            if current.path != path { current = (path, try local.open(places[path]!)) }
-            return current.directory
-        }
-        var entries: [Entry] = []
-        // Unlocking helps a locked object, never one whose key was reset.
-        var resetCount = 0
-        func leaveOut(_ error: StoreError, _ entry: Entry? = nil) {
-            guard case .integrity(let path, let what) = error else { return }
-            damaged.note(error)
-            var entry = entry ?? Entry(path: path, exported: false)
-            entry.skipped = DamagedObjects.reason(what)
-            entries.append(entry)
-        }
-        try store.walk(.root, damaged: { leaveOut($0) }) { path, isDirectory in
-            if isDirectory {
-                let made = try directory(path.parent).subdirectory(path.name)
-                places[path] = made.place
-                current = (path, made)
-                return
-            }
-            let item: ItemInfo
-            do {
-                item = try store.stat(path)
-            } catch let error as StoreError where error.isIntegrity {
-                return leaveOut(error)
-            }
-            guard case .object(let info) = item.kind else { return }
-            var entry = Entry(path: path.description, protection: info.protectionClass.canonicalName,
-                              protectionSource: info.protectionSource.description, size: info.size, exported: false,
-                              skipped: nil, created: time(info.created), modified: time(info.modified))
-            do {
-                let parent = try directory(path.parent)
-                try parent.writeFile(path.name) { file in
-                    try file.output(size: info.size).writeInOrder(name: parent.path(of: path.name)) { try store.read(path, into: $0) }
-                }
-                entry.exported = true
-            } catch DeviceError.protectedDataUnavailable {
-                entry.skipped = "locked: \(info.protectionClass.canonicalName) is unavailable in this state"
-            } catch DeviceError.keyReset {
-                entry.skipped = "keyReset: its class key was reset"
-                resetCount += 1
-            } catch let error as StoreError where error.isIntegrity {
-                return leaveOut(error, entry)
-            }
-            entries.append(entry)
-        }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        let manifest = try encoder.encode(["objects": entries])
-        try top.writeFile("manifest.json") { file in
-            try manifest.withUnsafeBytes { try writeAll(file.fd, $0, path: top.path(of: "manifest.json")) }
-        }
-        return (entries, resetCount)
     }
 }
 

@@ -890,22 +890,25 @@ struct TreeCLITests {
         }
     }
 
-    /// `export` writes by descriptor too: while x's file is written, c is
-    /// replaced by a link to another directory. x's file is still renamed
-    /// into place in the directory it was written in; reopening c for y
-    /// then fails the export with one line, and nothing is created where
-    /// the link leads. (Before, x's rename went by path through the link
-    /// and failed; a swap between two files sent the next one through it.)
+    /// `export` writes by descriptor too, as `get -r` does: while
+    /// x/deep's file is written, c is replaced by a link to another
+    /// directory. The file is still written in the directory it was
+    /// created in; reopening c for y then fails the export with one line,
+    /// and nothing is created where the link leads.
     @Test func exportWritesNoFileThroughADirectoryReplacedByALink() throws {
         try withStoreFixture { f in
             let (local, outside) = try treeBesideOutside(f, "tree", subdirectory: "c")
-            try largeFiles(local, ["c/x/big.bin", "c/y/big.bin"])
+            try largeFiles(local, ["c/x/deep/big.bin", "c/y/big.bin"])
             try f.ok(["put", "-r", local, "/u"])
             let watch = try CreationWatch([outside])
-            // An existing DEST: a new one is built out of sight.
+            // An existing DEST (a new one is built out of sight), with the
+            // tree's directories: files go to temporary names beside their
+            // targets, and a directory replaced meanwhile is found out.
             let exported = f.root + "/exported"
-            try FileManager.default.createDirectory(atPath: exported, withIntermediateDirectories: false)
-            let (status, stderr) = try fetch(f, ["export", exported], swapWhen: { $0.hasPrefix(exported + "/u/c/") && $0.contains("/.locker-") }) {
+            for path in ["u/c/x/deep", "u/c/y"] {
+                try FileManager.default.createDirectory(atPath: exported + "/" + path, withIntermediateDirectories: true)
+            }
+            let (status, stderr) = try fetch(f, ["export", exported], swapWhen: { $0.hasPrefix(exported + "/u/c/x/deep/.locker-") }) {
                 try FileManager.default.moveItem(atPath: exported + "/u/c", toPath: f.root + "/c-moved")
                 try #require(symlink(outside, exported + "/u/c") == 0)
             }
@@ -965,9 +968,9 @@ struct TreeCLITests {
 
     /// `export` into a new DEST builds it out of sight, as `get -r` does.
     /// A failure that stops the export partway (a name too long locally,
-    /// after /a's files were written: into an existing DEST, they stay,
-    /// with no manifest) leaves no DEST and no temporary directory beside
-    /// it. An object left out is not such a failure: with a locked one
+    /// after /a's files were written: into an existing DEST with an `a`,
+    /// they stay, with no manifest) leaves no DEST and no temporary
+    /// directory beside it. An object left out is not such a failure: with a locked one
     /// (exit 75), DEST appears with every other file and the manifest, as
     /// it does when everything is exported.
     @Test func exportIntoANewDirectoryAppearsWholeOrNotAtAll() throws {
@@ -983,6 +986,14 @@ struct TreeCLITests {
             let partial = try f.raw(["export", existing])
             #expect(partial.status == 1, "\(partial)")
             #expect(partial.stderr == "locker: error: cannot write \(existing)/b/\(name): File name too long\n", "\(partial)")
+            // As for get -r: directories missing locally are built out of
+            // sight, and appear once the export has written everything.
+            #expect(localFiles(existing).isEmpty, "\(localFiles(existing))")
+            // Those there already get each file written as it comes.
+            for directory in ["a", "b"] {
+                try FileManager.default.createDirectory(atPath: existing + "/" + directory, withIntermediateDirectories: false)
+            }
+            #expect(try f.raw(["export", existing]).stderr == partial.stderr)
             #expect(localFiles(existing) == ["a", "a/one", "a/two", "b"], "\(localFiles(existing))")
             expectFiles(existing)
 

@@ -1,0 +1,306 @@
+import Dispatch
+import Foundation
+import Locker
+import LockerDevice
+import LockerIO
+
+/// Fetches a store directory tree into a local directory: `get -r`, and
+/// `export` of the whole store.
+struct TreeFetch {
+    let store: Store
+    /// Where damaged entries left out are noted.
+    let damaged: DamagedObjects
+
+    /// What became of an object or entry, for ``report``.
+    enum Outcome {
+        /// Written into the tree.
+        case written
+        /// Left out: it cannot be read now (locked, or its key reset).
+        case unavailable(DeviceError)
+        /// Left out: its header, name or data (`what`) does not
+        /// authenticate, or (with no entry) the record of a directory
+        /// above it.
+        case damaged(what: String)
+    }
+
+    /// Told of each object, by its store path, and the entry it was
+    /// listed as (nil for an entry too damaged to list), on the calling
+    /// thread. With it (`export`), an object that cannot be read now is
+    /// left out and reported, and the fetch goes on; without it (`get
+    /// -r`), such an object stops the fetch.
+    var report: ((String, FetchEntry?, Outcome) -> Void)?
+
+    init(_ store: Store, damaged: DamagedObjects, report: ((String, FetchEntry?, Outcome) -> Void)? = nil) {
+        self.store = store
+        self.damaged = damaged
+        self.report = report
+    }
+
+    /// Fetches a tree. Objects are read in groups of up to 256 per
+    /// directory, their keys unwrapped together, and written from every
+    /// core.
+    ///
+    /// Into a directory that does not exist yet, the tree is built inside a
+    /// temporary directory beside it, made durable with one sync of its
+    /// file system and renamed into place: it appears whole or not at all,
+    /// and no file needs a rename of its own.
+    ///
+    /// Into an existing directory, each file is written to a temporary
+    /// file beside its target; once 4,096 are waiting (or they are in
+    /// ``TreeExport/directoriesPerCommit()`` directories), and at the end,
+    /// one sync of each file system written to makes them durable before
+    /// they are renamed into place, on a thread of its own while the next
+    /// files are fetched, and a last sync makes the renames durable. Every
+    /// file is whole or absent.
+    ///
+    /// Every directory below DEST is opened from the one above it through
+    /// no symbolic link, and written into by descriptor
+    /// (``LocalDestination``).
+    ///
+    /// A new `local` and the directories made for it get `mode`, less the
+    /// umask. `finish`, if given, writes into the top of the tree once
+    /// every object is in (`export`'s manifest): inside the temporary
+    /// directory a new tree is built in, before it is made durable and
+    /// renamed (its second argument then true: write the file with
+    /// ``LocalDirectory/writeFileOutOfSight(_:mode:_:)``), or into an
+    /// existing `local` once the files are renamed into place (false:
+    /// write it atomically). Returns how many objects were written.
+    func fetch(from source: StorePath, to local: String, mode: UInt32 = 0o777,
+               finish: ((LocalDirectory, _ outOfSight: Bool) throws -> Void)? = nil) throws -> Int {
+        var st = stat()
+        if lstat(local, &st) != 0, errno == ENOENT {
+            return try buildNewDirectory(local, mode: mode) { destination, tree in
+                let count = try fetchDirectory(source, into: tree, destination, nil)
+                try finish?(tree, true)
+                return count
+            }
+        }
+        // What is in the way, named as `mkdir -p` would.
+        try makeLocalDirectory(local, mode: mode)
+        let destination = try LocalDestination(local)
+        let export = TreeExport(destination)
+        let direct: Int
+        do {
+            direct = try fetchDirectory(source, into: destination.root, destination, export)
+            try export.commitWaiting()
+            try export.finishCommit()
+            try export.publishStaged()
+        } catch {
+            export.discard()
+            throw error
+        }
+        export.syncRenames()
+        try finish?(destination.root, false)
+        return export.count + direct
+    }
+
+    /// Fetches the directory `source` into `top`. With an `export`, each
+    /// file goes to a temporary name that `export` commits later, and each
+    /// directory missing locally is built in a temporary directory that
+    /// `export` publishes later, with its files written straight to their
+    /// names; without an `export` (inside a new tree's temporary
+    /// directory), every file goes straight to its name. Returns how many
+    /// files were written straight to their names.
+    ///
+    /// A damaged object (or a subdirectory whose record is damaged) is
+    /// left out, with what it has written of its file removed, and noted
+    /// in `damaged`; the rest is fetched. So is an object that cannot be
+    /// read now, when ``report`` is set.
+    ///
+    /// Directories are fetched one at a time, depth first, each one's
+    /// files before its subdirectories, so that one listing is held at a
+    /// time; the next directory's listing is read on another thread while
+    /// this one's files are written: its headers may wait on the disk
+    /// while writing computes (measured, `get -r` of 20,000 small objects
+    /// into a new directory with a cold page cache, medians of 4: 1.45 s
+    /// listing then writing, 1.34 s overlapped).
+    ///
+    /// A directory waiting its turn is kept by its place, not open, so
+    /// that a wide tree holds few descriptors; it is opened again through
+    /// no link, and only if it is the directory it was.
+    private func fetchDirectory(_ source: StorePath, into top: LocalDirectory,
+                                _ destination: LocalDestination, _ export: TreeExport?) throws -> Int {
+        let store = self.store
+        var count = 0
+        let treeExport = export
+        // Each directory with where it goes (the top: nil), the path errors
+        // give for it if not the one where it goes (one built in a
+        // temporary directory: the path it is built for), and the export
+        // its files go through: none in a directory being built out of
+        // sight.
+        var stack: [(source: StorePath, parent: LocalPlace?, name: String, shownAs: String?, seen: FileStatus?, export: TreeExport?)] =
+            [(source, nil, "", nil, nil, export)]
+        var next: (path: StorePath, listing: Prefetch<FetchListing>)?
+        defer { _ = try? next?.listing.wait() }
+        // The last directories written into: the next one's parent is
+        // usually one of them.
+        var recent: [LocalDirectory] = []
+        while let (source, parentPlace, name, shownAs, seen, export) = stack.popLast() {
+            let listing: FetchListing
+            do {
+                if let prefetched = next, prefetched.path == source {
+                    next = nil
+                    listing = try prefetched.listing.wait()
+                } else {
+                    listing = try store.listForFetch(source)
+                }
+            } catch let error as StoreError where parentPlace != nil && error.isIntegrity {
+                // A subdirectory whose record is damaged: nothing below it
+                // can be named, so it is left out whole, and not made.
+                if let parentPlace { treeExport?.unstage(name, in: parentPlace) }
+                noteDamage(error)
+                continue
+            }
+            listing.damaged.forEach { noteDamage($0) }
+            let local: LocalDirectory
+            if let parentPlace {
+                let parent = try recent.last { $0.place == parentPlace } ?? destination.open(parentPlace)
+                // Without an export, it is built out of sight: nothing can
+                // be there yet.
+                local = try parent.subdirectory(name, new: export == nil, seen: seen, shownAs: shownAs)
+                recent = [parent, local]
+            } else {
+                local = top
+                recent = [top]
+            }
+            try export?.noteDirectory(local)
+            for directory in listing.directories.reversed() {
+                // Into an existing tree, what is there now; when its turn
+                // comes, it must still be there or gone.
+                let seen = export == nil ? nil : try local.status(of: directory.name)
+                if let export, seen == nil {
+                    let (container, staged) = try export.stage(directory.name, in: local)
+                    stack.append((directory, container, staged, local.path(of: directory.name), nil, nil))
+                } else {
+                    stack.append((directory, local.place, directory.name, nil, seen, export))
+                }
+            }
+            if let (path, _, _, _, _, _) = stack.last {
+                next = (path, Prefetch { try store.listForFetch(path) })
+            }
+            let objects = listing.objects
+            for start in stride(from: 0, to: objects.count, by: 256) {
+                try Interruption.check()
+                let group = try prepareReads(Array(objects[start..<min(objects.count, start + 256)]))
+                // Both cores: a small object is one chunk, decrypted on one.
+                let results = fetchGroup(group, into: local, temporaries: export != nil)
+                // A damaged object's partial file goes now, as does one
+                // that cannot be read now when those are left out; the
+                // others are fetched on.
+                var written: [WrittenFile] = []
+                var failure: (any Error)?
+                for (object, result) in zip(group, results) {
+                    if let error = result.error as? StoreError, error.isIntegrity {
+                        result.written?.remove(in: local)
+                        noteDamage(error, object.entry)
+                    } else if let error = result.error as? DeviceError, let report, error.isUnavailable {
+                        result.written?.remove(in: local)
+                        report(object.path.description, object.entry, .unavailable(error))
+                    } else {
+                        if let file = result.written { written.append(file) }
+                        if let error = result.error {
+                            failure = failure ?? error
+                        } else {
+                            report?(object.path.description, object.entry, .written)
+                        }
+                    }
+                }
+                if let export {
+                    export.add(written, in: local)
+                    if let failure { throw failure }
+                    if export.isFull { try export.commitWaiting() }
+                } else {
+                    if let failure { throw failure }
+                    count += written.count
+                }
+            }
+        }
+        return count
+    }
+
+    /// Writes each object of `group` to a new file in `local`, several at
+    /// once: a temporary file beside its target when `temporaries` is set,
+    /// else the target itself. Each result holds the file written (if one
+    /// was created) and the error, if any.
+    private func fetchGroup(_ group: [PreparedRead], into local: LocalDirectory, temporaries: Bool)
+        -> [(written: WrittenFile?, error: (any Error)?)] {
+        typealias Result = (written: WrittenFile?, error: (any Error)?)
+        // Each iteration writes only its own slot of a buffer allocated up
+        // front (not an array, whose elements threads may not write at once).
+        let slots = UnsafeMutableBufferPointer<Result>.allocate(capacity: group.count)
+        slots.initialize(repeating: (nil, nil))
+        defer { slots.deinitialize().deallocate() }
+        let shared = UncheckedStore(store: store, group: group, slots: slots)
+        DispatchQueue.concurrentPerform(iterations: group.count) { i in
+            let object = shared.group[i]
+            let target = object.path.name
+            let temporary = temporaries ? ".locker-" + UUID().uuidString + ".tmp" : target
+            do {
+                try Interruption.check()
+            } catch {
+                shared.slots[i].error = error
+                return
+            }
+            let fd: Int32
+            var token: Int?
+            do throws(IOError) {
+                if temporaries {
+                    // Removed by the signal handling too, should the
+                    // process have to end before it is renamed.
+                    (fd, token) = try Interruption.creatingTemporary(temporary, in: local.directory.fd) { () throws(IOError) -> Int32 in
+                        try local.directory.createFile(temporary)
+                    }
+                } else {
+                    fd = try local.directory.createFile(temporary)
+                }
+            } catch {
+                shared.slots[i].error = CommandFailure.cannot("write \(local.path(of: target))", error.errno)
+                return
+            }
+            shared.slots[i].written = WrittenFile(temporary: temporary, target: target, token: token)
+            defer { Foundation.close(fd) }
+            do {
+                let out = OutputFile(fd: fd, name: temporary, in: local.directory, size: object.size)
+                try out.writeInOrder(name: local.path(of: target)) { try shared.store.read(object, into: $0) }
+            } catch {
+                shared.slots[i].error = error
+            }
+        }
+        return Array(slots)
+    }
+
+    private func noteDamage(_ error: StoreError, _ entry: FetchEntry? = nil) {
+        damaged.note(error)
+        if case .integrity(let path, let what) = error { report?(path, entry, .damaged(what: what)) }
+    }
+
+    /// The group's keys, unwrapped together (``Store/prepareReads(_:)``).
+    /// With ``report`` set, if that fails for an object that cannot be
+    /// read now, each is prepared on its own, and those that cannot be
+    /// read now are reported and left out.
+    private func prepareReads(_ entries: [FetchEntry]) throws -> [PreparedRead] {
+        do {
+            return try store.prepareReads(entries)
+        } catch let error as DeviceError where report != nil && error.isUnavailable {
+            return try entries.compactMap { entry in
+                do {
+                    return try store.prepareReads([entry]).first
+                } catch let error as DeviceError where error.isUnavailable {
+                    report?(entry.path.description, entry, .unavailable(error))
+                    return nil
+                }
+            }
+        }
+    }
+}
+
+extension DeviceError {
+    /// The object cannot be read now: its class is locked, or its class
+    /// key was reset.
+    var isUnavailable: Bool {
+        switch self {
+        case .protectedDataUnavailable, .keyReset: true
+        default: false
+        }
+    }
+}
