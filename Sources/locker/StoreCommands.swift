@@ -1754,6 +1754,10 @@ struct Export: ParsableCommand {
     @Flag(help: "Exit 0 even if some objects could not be exported.")
     var skipUnavailable = false
 
+    func validate() throws {
+        if destination.isEmpty { throw ValidationError("DEST cannot be empty; give a local directory") }
+    }
+
     /// A manifest entry. A damaged header leaves only the path known: the
     /// other attributes are then null.
     struct Entry: Encodable {
@@ -1793,7 +1797,7 @@ struct Export: ParsableCommand {
             throw CommandFailure(.alreadyExists, "/manifest.json in the store collides with the export's manifest",
                                  hint: "move it first, for example 'locker mv /manifest.json /manifest.json.orig'")
         }
-        if !destination.isEmpty { try global.refuseDestinationInside(destination) }
+        try global.refuseDestinationInside(destination)
         let damaged = DamagedObjects(leftOut: "not exported")
         // Every object, with what became of it, for the manifest; and how
         // many were left out because their class key was reset (unlocking
@@ -1830,7 +1834,7 @@ struct Export: ParsableCommand {
         _ = try fetch.fetch(from: .root, to: destination, mode: 0o700) { top, outOfSight in
             // In the store's order: each directory's entries by name, a
             // directory's contents right after it.
-            entries.sort { $0.path.split(separator: "/").lexicographicallyPrecedes($1.path.split(separator: "/")) }
+entries.sort { $0.path.split(separator: "/").lexicographicallyPrecedes($1.path.split(separator: "/")) }
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
             let manifest = try encoder.encode(["objects": entries])

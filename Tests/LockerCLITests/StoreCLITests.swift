@@ -184,6 +184,7 @@ struct StoreCLITests {
             try f.put("/x", Data("0123456789".utf8))
             let cases: [([String], String)] = [
                 (["get", "/x", ""], "locker: error: DEST cannot be empty; give a local path, or '-' for standard output"),
+                (["export", ""], "locker: error: DEST cannot be empty; give a local directory"),
                 (["get", "/x", "-", "--range", "-3"], "locker: error: --range -3: START is missing; a range is START-END or START-"),
                 (["get", "/x", "-", "--range=-3"], "locker: error: --range -3: START is missing"),
                 (["mv", "/x", "/"], "locker: error: /x is already at /x"),
@@ -1310,6 +1311,8 @@ struct StoreCLITests {
                 objects["/dir/sub/\(c)"] = (c, sampleBytes("export-sub-\(c)"))
             }
             objects["/dir/empty"] = ("D", Data())
+            // After /dir by name: listed after everything below it.
+            objects["/e.txt"] = ("D", sampleBytes("export-e"))
             for (path, object) in objects { try f.put(path, object.bytes, ["--class", object.cls]) }
 
             struct Manifest: Decodable {
@@ -1323,8 +1326,13 @@ struct StoreCLITests {
                 }
                 var objects: [Entry]
             }
+            // Each object once, in the store's order: a directory's entries
+            // by name, a directory's contents right after it.
+            let order = storeClassLetters.map { "/\($0).bin" } + ["/dir/empty"] + storeClassLetters.map { "/dir/sub/\($0)" } + ["/e.txt"]
+            #expect(Set(order) == Set(objects.keys))
             func manifest(_ dest: String) throws -> [String: Manifest.Entry] {
                 let decoded = try JSONDecoder().decode(Manifest.self, from: fileBytes(dest + "/manifest.json"))
+                #expect(decoded.objects.map(\.path) == order)
                 return Dictionary(decoded.objects.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
             }
 
@@ -1366,6 +1374,25 @@ struct StoreCLITests {
             #expect(try manifest(skipping).values.filter { !$0.exported }.count == 4)
             let leftovers = try FileManager.default.subpathsOfDirectory(atPath: skipping).filter { $0.contains(".locker-") }
             #expect(leftovers.isEmpty, "temporary files left: \(leftovers)")
+
+            // Into an existing DEST, with one of the tree's directories
+            // there already and a file of the user's: the same objects are
+            // written, the locked ones are not, nothing temporary is left,
+            // and the user's file stays.
+            let existing = f.root + "/export-existing"
+            try FileManager.default.createDirectory(atPath: existing + "/dir", withIntermediateDirectories: true)
+            try Data("mine".utf8).write(to: URL(fileURLWithPath: existing + "/dir/mine"))
+            let into = try f.raw(["export", existing, "--skip-unavailable"])
+            #expect(into.status == 0, "\(into)")
+            let em = try manifest(existing)
+            for (path, object) in objects {
+                let unavailable = object.cls == "A" || object.cls == "B"
+                #expect(em[path]?.exported == !unavailable, "\(path)")
+                #expect(FileManager.default.contents(atPath: existing + path) == (unavailable ? nil : object.bytes), "\(path)")
+            }
+            #expect(try fileBytes(existing + "/dir/mine") == Data("mine".utf8))
+            let left = try FileManager.default.subpathsOfDirectory(atPath: existing).filter { $0.contains(".locker-") }
+            #expect(left.isEmpty, "temporary files left: \(left)")
 
             // An object named like the manifest would be overwritten by it:
             // refused before anything is written.
