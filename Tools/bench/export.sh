@@ -31,17 +31,18 @@ printf '1234\n' | "$L" init --passcode-stdin >/dev/null
 sync
 
 get=(); exp=(); ratio=()
+# Each round writes new directories, all removed at the end: on ext4,
+# files are created many times slower for minutes after mass deletions.
 for i in $(seq 1 "$rounds"); do
-  rm -rf "$work/out-get" "$work/out-export"
   sync
   if [ $((i % 2)) -eq 1 ]; then
-    g=$(seconds "$L" get -r /small "$work/out-get")
-    e=$(seconds "$L" export "$work/out-export")
+    g=$(seconds "$L" get -r /small "$work/get-$i")
+    e=$(seconds "$L" export "$work/export-$i")
   else
-    e=$(seconds "$L" export "$work/out-export")
-    g=$(seconds "$L" get -r /small "$work/out-get")
+    e=$(seconds "$L" export "$work/export-$i")
+    g=$(seconds "$L" get -r /small "$work/get-$i")
   fi
-  diff -r "$work/out-get" "$work/out-export/small" >/dev/null || { echo "export and get -r wrote different trees" >&2; exit 1; }
+  diff -r "$work/get-$i" "$work/export-$i/small" >/dev/null || { echo "export and get -r wrote different trees" >&2; exit 1; }
   get+=("$g"); exp+=("$e"); ratio+=("$(echo "$e / $g" | bc -l)")
 done
 range() { printf '%s\n' "$@" | sort -n | awk 'NR==1{lo=$1} {hi=$1} END {printf "%.3f–%.3f", lo, hi}'; }
