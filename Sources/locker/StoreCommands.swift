@@ -1815,13 +1815,11 @@ struct Export: ParsableCommand {
             switch outcome {
             case .written:
                 entry.exported = true
-            case .unavailable(.keyReset):
+            case .keyReset:
                 entry.skipped = "keyReset: its class key was reset"
                 resetCount += 1
-            case .unavailable(.protectedDataUnavailable(let cls)):
+            case .locked(let cls):
                 entry.skipped = "locked: \(cls.canonicalName) is unavailable in this state"
-            case .unavailable(let error):
-                entry.skipped = ErrorPresenter.describe(error).1
             case .damaged(let what):
                 entry.skipped = DamagedObjects.reason(what)
             }
@@ -1834,7 +1832,7 @@ struct Export: ParsableCommand {
         _ = try fetch.fetch(from: .root, to: destination, mode: 0o700) { top, outOfSight in
             // In the store's order: each directory's entries by name, a
             // directory's contents right after it.
-entries.sort { $0.path.split(separator: "/").lexicographicallyPrecedes($1.path.split(separator: "/")) }
+            entries.sort { $0.path.split(separator: "/").lexicographicallyPrecedes($1.path.split(separator: "/")) }
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
             let manifest = try encoder.encode(["objects": entries])

@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import Locker
 import LockerDevice
+import LockerFormat
 import LockerIO
 
 /// Fetches a store directory tree into a local directory: `get -r`, and
@@ -15,12 +16,24 @@ struct TreeFetch {
     enum Outcome {
         /// Written into the tree.
         case written
-        /// Left out: it cannot be read now (locked, or its key reset).
-        case unavailable(DeviceError)
+        /// Left out: its class is locked now.
+        case locked(ProtectionClass)
+        /// Left out: its class key was reset, so it can never be read.
+        case keyReset
         /// Left out: its header, name or data (`what`) does not
         /// authenticate, or (with no entry) the record of a directory
         /// above it.
         case damaged(what: String)
+
+        /// What leaving out an object that `error` says cannot be read
+        /// now reports; nil for any other error.
+        init?(leavingOut error: any Error) {
+            switch error as? DeviceError {
+            case .protectedDataUnavailable(let cls)?: self = .locked(cls)
+            case .keyReset?: self = .keyReset
+            default: return nil
+            }
+        }
     }
 
     /// Told of each object, by its store path, and the entry it was
@@ -193,9 +206,9 @@ struct TreeFetch {
                     if let error = result.error as? StoreError, error.isIntegrity {
                         result.written?.remove(in: local)
                         noteDamage(error, object.entry)
-                    } else if let error = result.error as? DeviceError, let report, error.isUnavailable {
+                    } else if let report, let error = result.error, let leftOut = Outcome(leavingOut: error) {
                         result.written?.remove(in: local)
-                        report(object.path.description, object.entry, .unavailable(error))
+                        report(object.path.description, object.entry, leftOut)
                     } else {
                         if let file = result.written { written.append(file) }
                         if let error = result.error {
@@ -281,26 +294,16 @@ struct TreeFetch {
     private func prepareReads(_ entries: [FetchEntry]) throws -> [PreparedRead] {
         do {
             return try store.prepareReads(entries)
-        } catch let error as DeviceError where report != nil && error.isUnavailable {
+        } catch where report != nil && Outcome(leavingOut: error) != nil {
             return try entries.compactMap { entry in
                 do {
                     return try store.prepareReads([entry]).first
-                } catch let error as DeviceError where error.isUnavailable {
-                    report?(entry.path.description, entry, .unavailable(error))
+                } catch {
+                    guard let leftOut = Outcome(leavingOut: error) else { throw error }
+                    report?(entry.path.description, entry, leftOut)
                     return nil
                 }
             }
-        }
-    }
-}
-
-extension DeviceError {
-    /// The object cannot be read now: its class is locked, or its class
-    /// key was reset.
-    var isUnavailable: Bool {
-        switch self {
-        case .protectedDataUnavailable, .keyReset: true
-        default: false
         }
     }
 }
