@@ -117,7 +117,7 @@ extension Store {
                 slots.value[i] = Result {
                     let entry = try resolveEntry(listed, in: directory)
                     guard let itemPath = entry.path else {
-                        throw StoreError.integrity(path: path.appending("?" + listed.name).description, what: "name does not authenticate")
+                        throw StoreError.integrity(path: path.appending("?" + listed.name).description, what: "name failed authentication")
                     }
                     if entry.isDirectory { return .directory(itemPath) }
                     return .object(itemPath, try readHeader(entry.fsPath, name: itemPath.name, in: directory, path: itemPath),

@@ -295,16 +295,16 @@ public final class Store: @unchecked Sendable {
         } catch let error as IOError where error.isNotFound {
             throw StoreError.integrity(path: path.description, what: "directory record missing")
         } catch let error as IOError where error.errno == EFBIG || error.isNotRegularFile {
-            throw StoreError.integrity(path: path.description, what: "directory record")
+            throw StoreError.integrity(path: path.description, what: "directory record failed authentication")
         }
         let record: DirectoryRecord
         do {
             record = try DirectoryRecord.open(bytes, with: metadata)
         } catch {
-            throw StoreError.integrity(path: path.description, what: "directory record")
+            throw StoreError.integrity(path: path.description, what: "directory record failed authentication")
         }
         guard parentID.map({ record.places.contains(DirectoryRecord.Place(parentID: $0, name: path.name)) }) ?? true else {
-            throw StoreError.integrity(path: path.description, what: "directory record (of another directory)")
+            throw StoreError.integrity(path: path.description, what: "directory record belongs to another directory")
         }
         return record
     }
@@ -411,18 +411,18 @@ public final class Store: @unchecked Sendable {
         } catch let error as IOError where error.isNotFound {
             throw StoreError.notFound(path.description)
         } catch let error as IOError where error.errno == EFBIG || error.isNotRegularFile {
-            throw StoreError.integrity(path: path.description, what: "header")
+            throw StoreError.integrity(path: path.description, what: "header failed authentication")
         }
         let header: ObjectHeader
         do {
             header = try ObjectHeader.open(bytes, with: metadata)
         } catch {
-            throw StoreError.integrity(path: path.description, what: "header")
+            throw StoreError.integrity(path: path.description, what: "header failed authentication")
         }
         // A header is bound to its directory and name: one moved or
         // swapped on disk is refused.
         guard header.parentID == directory.record.directoryID, header.name == name else {
-            throw StoreError.integrity(path: path.description, what: "header belongs elsewhere")
+            throw StoreError.integrity(path: path.description, what: "header belongs to another name or directory")
         }
         return header
     }
@@ -1190,7 +1190,7 @@ public final class Store: @unchecked Sendable {
         do {
             try header.verifyMAC(fileKey: fileKey)
         } catch {
-            throw StoreError.integrity(path: path.description, what: "header MAC")
+            throw StoreError.integrity(path: path.description, what: "header MAC failed authentication")
         }
         let file: any ChunkSource
         if let inline = header.inlineData {
@@ -1204,7 +1204,7 @@ public final class Store: @unchecked Sendable {
             } catch let error as IOError where error.isNotFound {
                 return false
             } catch let error as IOError where error.isNotRegularFile {
-                throw StoreError.integrity(path: path.description, what: "data file")
+                throw StoreError.integrity(path: path.description, what: "data file is not a regular file")
             }
         }
         let wanted = range ?? 0..<header.plaintextLength
@@ -1224,9 +1224,9 @@ public final class Store: @unchecked Sendable {
             // failures below are the object's damage.
             throw failure.underlying
         } catch is CryptoError {
-            throw StoreError.integrity(path: path.description, what: "data")
+            throw StoreError.integrity(path: path.description, what: "data failed authentication")
         } catch is FormatError {
-            throw StoreError.integrity(path: path.description, what: "data")
+            throw StoreError.integrity(path: path.description, what: "data failed authentication")
         } catch let error as IOError where error.errno == ENODATA {
             throw StoreError.integrity(path: path.description, what: "data truncated")
         }
@@ -1242,7 +1242,7 @@ public final class Store: @unchecked Sendable {
             try header.verifyMAC(fileKey: key)
         } catch {
             try? keys.close(objectID: Self.hex(header.objectID))
-            throw StoreError.integrity(path: path.description, what: "header MAC")
+            throw StoreError.integrity(path: path.description, what: "header MAC failed authentication")
         }
         return try objectInfo(path, header: header, headerPath: fsPath)
     }
@@ -1321,7 +1321,7 @@ public final class Store: @unchecked Sendable {
         try forEachEntry(of: path) { itemPath, fsPath, isDirectory, directory in
             guard let itemPath else {
                 let fileName = (fsPath as NSString).lastPathComponent
-                items.append(ItemInfo(path: path.appending("?" + fileName), kind: .damaged("name does not authenticate")))
+                items.append(ItemInfo(path: path.appending("?" + fileName), kind: .damaged("name failed authentication")))
                 return
             }
             // Only what fails authentication is damaged: a device that
@@ -1331,14 +1331,14 @@ public final class Store: @unchecked Sendable {
                 do {
                     items.append(ItemInfo(path: itemPath, kind: .directory(try directoryInfo(itemPath))))
                 } catch let error as StoreError where error.isIntegrity {
-                    items.append(ItemInfo(path: itemPath, kind: .damaged("directory record")))
+                    items.append(ItemInfo(path: itemPath, kind: .damaged("directory record failed authentication")))
                 }
             } else {
                 let header: ObjectHeader
                 do {
                     header = try readHeader(fsPath, name: itemPath.name, in: directory, path: itemPath)
                 } catch let error as StoreError where error.isIntegrity {
-                    return items.append(ItemInfo(path: itemPath, kind: .damaged("header")))
+                    return items.append(ItemInfo(path: itemPath, kind: .damaged("header failed authentication")))
                 } catch StoreError.notFound {
                     // Removed since the directory was read.
                     return
@@ -1395,7 +1395,7 @@ public final class Store: @unchecked Sendable {
         switch try kind(of: fsPath) {
         case .missing:
             guard try damagedEntry(path.name, in: parent) != nil else { throw StoreError.notFound(path.description) }
-            throw StoreError.integrity(path: path.description, what: "name does not authenticate")
+            throw StoreError.integrity(path: path.description, what: "name failed authentication")
         case .directory: return ItemInfo(path: path, kind: .directory(try directoryInfo(path)))
         case .object:
             let header = try readHeader(fsPath, name: path.name, in: parent, path: path)
@@ -1448,7 +1448,9 @@ public struct ItemInfo: Sendable {
     public enum Kind: Sendable {
         case object(ObjectInfo)
         case directory(DirectoryInfo)
-        /// An entry whose name or record does not authenticate.
+        /// An entry whose name or record does not authenticate; the string
+        /// says what is wrong, as a clause ("header failed
+        /// authentication").
         case damaged(String)
     }
 

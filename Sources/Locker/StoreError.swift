@@ -9,8 +9,10 @@ public enum StoreError: Error, Equatable, Sendable {
     case notADirectory(String)
     case isADirectory(String)
     case directoryNotEmpty(String)
-    /// Stored bytes failed authentication or validation. Names the path
-    /// and the structure, never the byte.
+    /// Stored bytes failed authentication or validation. Names the path,
+    /// and in `what` what is wrong with which structure, as a clause
+    /// ("header failed authentication", "data file missing"), never the
+    /// byte.
     case integrity(path: String, what: String)
     /// The store directory belongs to another device (or one that was
     /// wiped).

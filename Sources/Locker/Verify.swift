@@ -51,7 +51,7 @@ extension Store {
         if try fs.status(intentPath) != nil {
             intent = try pendingMoveIntent()
             if intent == nil {
-                report.damaged.append(.init(location: relative(intentPath), reason: "move intent does not authenticate"))
+                report.damaged.append(.init(location: relative(intentPath), reason: "move intent failed authentication"))
             }
         }
         // The old name of an interrupted move, when both names are there.
@@ -78,7 +78,7 @@ extension Store {
                 guard let name else {
                     // As ls names it, and rm takes it.
                     report.damaged.append(.init(location: directory.storePath.appending("?" + fileName).description,
-                                                reason: "name does not authenticate"))
+                                                reason: "name failed authentication"))
                     continue
                 }
                 let itemPath = directory.storePath.appending(name)
@@ -87,7 +87,7 @@ extension Store {
                         let record = try readDirectoryRecord(fsPath, path: itemPath, in: directory.record.directoryID)
                         scan(Directory(fsPath: fsPath, record: record, storePath: itemPath))
                     } catch {
-                        report.damaged.append(.init(location: itemPath.description, reason: "directory record does not authenticate, or is of another directory"))
+                        report.damaged.append(.init(location: itemPath.description, reason: "directory record failed authentication, or belongs to another directory"))
                     }
                     continue
                 }
@@ -119,7 +119,7 @@ extension Store {
                         report.damaged.append(.init(location: itemPath.description, reason: "data file missing"))
                     }
                 } catch StoreError.integrity(_, let what) {
-                    report.damaged.append(.init(location: itemPath.description, reason: "\(what) does not authenticate"))
+                    report.damaged.append(.init(location: itemPath.description, reason: what))
                 } catch {
                     report.damaged.append(.init(location: itemPath.description, reason: "header unreadable"))
                 }
@@ -129,7 +129,7 @@ extension Store {
         do {
             scan(try rootDirectory())
         } catch {
-            report.damaged.append(.init(location: "/", reason: "root directory record does not authenticate"))
+            report.damaged.append(.init(location: "/", reason: "root directory record failed authentication"))
         }
         report.objectsChecked = objects.count
 
@@ -184,9 +184,9 @@ extension Store {
                 } catch DeviceError.keyReset {
                     report.notChecked.append(.init(location: itemPath.description, reason: "keyReset: its class key was reset"))
                 } catch StoreError.integrity(_, let what) {
-                    report.damaged.append(.init(location: itemPath.description, reason: "\(what) does not authenticate"))
+                    report.damaged.append(.init(location: itemPath.description, reason: what))
                 } catch DeviceError.integrity(let what) {
-                    report.damaged.append(.init(location: itemPath.description, reason: "\(what) does not authenticate"))
+                    report.damaged.append(.init(location: itemPath.description, reason: what))
                 }
             }
             progress?(objects.count, objects.count)

@@ -212,7 +212,7 @@ enum ErrorPresenter {
         case .directoryNotEmpty(let path):
             return (.failure, "\(path) is not empty", "use 'locker rm -r' to remove it with everything below")
         case .integrity(let path, let what):
-            return (.integrity, "integrity failure: \(path): \(what) failed authentication", "restore the object from a copy, or remove it with 'locker rm'")
+            return (.integrity, "integrity failure: \(path): \(what)", "restore the object from a copy, or remove it with 'locker rm'")
         case .noStore(let path):
             return (.notFound, "no store at \(path)", "check --store and $LOCKER_STORE; 'locker put' and 'locker mkdir' create a store")
         case .notAStore(let path):

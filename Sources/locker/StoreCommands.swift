@@ -974,7 +974,7 @@ final class DamagedObjects {
     /// The reason a report (the manifest, `--json`) gives for a damaged
     /// entry.
     static func reason(_ what: String) -> String {
-        "damaged: \(what) failed authentication"
+        "damaged: \(what)"
     }
 
     /// Throws if any entry was left out.

@@ -275,6 +275,47 @@ struct StoreDamageCLITests {
         }
     }
 
+    /// A header copied over another object's (one object's header
+    /// replayed at another's name by someone with the disk) is bound to
+    /// its own name and directory: every command refuses it and says so
+    /// in one clause, and the object it was copied from is untouched.
+    @Test func aHeaderAtAnotherNameIsRefusedAsBelongingElsewhere() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let mine = pseudoRandomBytes(3000, seed: 31)
+            let headers = try [("/d/mine", mine), ("/d/theirs", pseudoRandomBytes(3000, seed: 32))].map { try f.putInline($0, $1) }
+            try FileManager.default.removeItem(atPath: headers[1])
+            try FileManager.default.copyItem(atPath: headers[0], toPath: headers[1])
+            let clause = "header belongs to another name or directory"
+            let error = "integrity failure: /d/theirs: \(clause)"
+
+            let get = try f.raw(["get", "/d/theirs", "-"])
+            #expect(get.status == 65 && get.stdout.isEmpty, "\(get)")
+            #expect(get.stderr == "locker: error: \(error)\nlocker: hint: restore the object from a copy, or remove it with 'locker rm'\n",
+                    "\(get)")
+            let stat = try f.raw(["stat", "/d/theirs"])
+            #expect(stat.status == 65 && stat.stderr.hasPrefix("locker: error: \(error)\n"), "\(stat)")
+            let verify = try f.raw(["verify"])
+            #expect(verify.status == 65 && verify.text.contains("damaged: /d/theirs: \(clause)\n"), "\(verify)")
+
+            let export = try f.raw(["export", f.root + "/export"])
+            #expect(export.status == 65, "\(export)")
+            #expect(export.stderr.hasPrefix("locker: warning: not exported: \(error)\n"), "\(export)")
+            struct Manifest: Decodable {
+                struct Entry: Decodable {
+                    let path: String
+                    let skipped: String?
+                }
+                let objects: [Entry]
+            }
+            let manifest = try JSONDecoder().decode(Manifest.self, from: fileBytes(f.root + "/export/manifest.json"))
+            #expect(manifest.objects.map(\.path) == ["/d/mine", "/d/theirs"], "\(manifest)")
+            #expect(manifest.objects.map(\.skipped) == [nil, "damaged: \(clause)"], "\(manifest)")
+            #expect(try fileBytes(f.root + "/export/d/mine") == mine)
+            #expect(try f.raw(["get", "/d/mine", "-"]).stdout == mine)
+        }
+    }
+
     @Test func flippedBitsInTheData() throws {
         try withStoreFixture { f in
             try f.initialize()
@@ -442,7 +483,7 @@ struct StoreDamageCLITests {
         for path in paths {
             let stat = try f.raw(["stat", path])
             #expect(stat.status == 65, "\(stat)", sourceLocation: sourceLocation)
-            #expect(stat.stderr.hasPrefix("locker: error: integrity failure: \(path): directory record (of another directory)"),
+            #expect(stat.stderr.hasPrefix("locker: error: integrity failure: \(path): directory record belongs to another directory\n"),
                     "\(stat)", sourceLocation: sourceLocation)
         }
         let local = f.root + "/new.txt"
@@ -453,7 +494,7 @@ struct StoreDamageCLITests {
         #expect(verify.status == 65, "\(verify)", sourceLocation: sourceLocation)
         let report = String(decoding: verify.stdout, as: UTF8.self)
         for path in paths {
-            #expect(report.contains("damaged: \(path): directory record"), "\(verify)", sourceLocation: sourceLocation)
+            #expect(report.contains("damaged: \(path): directory record failed authentication, or belongs to another directory\n"), "\(verify)", sourceLocation: sourceLocation)
         }
         return local
     }
@@ -520,7 +561,7 @@ struct StoreDamageCLITests {
             try swap()
             let local = try Self.expectRecordsRefused(f, ["/a/docs", "/b/docs"], putInto: "/a/docs")
             let inside = try f.raw(["stat", "/a/docs/secret.txt"])
-            #expect(inside.status == 65 && inside.stderr.hasPrefix("locker: error: integrity failure: /a/docs: directory record (of another directory)"),
+            #expect(inside.status == 65 && inside.stderr.hasPrefix("locker: error: integrity failure: /a/docs: directory record belongs to another directory\n"),
                     "\(inside)")
 
             // Swapped back, nothing was created meanwhile and both work.
@@ -564,11 +605,12 @@ struct StoreDamageCLITests {
                 for path in originals.keys { try FileManager.default.removeItem(atPath: path); #expect(make(path) == 0) }
                 let list = try f.raw(["ls", "/"], timeout: 20)
                 #expect(list.status == 0, "\(kind): \(list)")
-                #expect(String(decoding: list.stdout, as: UTF8.self).contains("small  (damaged: header)"), "\(kind): \(list)")
-                for (path, what) in [("/small", "header"), ("/big", "data file"), ("/dir/inside", "directory record")] {
+                #expect(String(decoding: list.stdout, as: UTF8.self).contains("small  (damaged: header failed authentication)\n"), "\(kind): \(list)")
+                for (path, what) in [("/small", "header failed authentication"), ("/big", "data file is not a regular file"),
+                                     ("/dir/inside", "directory record failed authentication")] {
                     let get = try f.raw(["get", path, "-"], timeout: 20)
                     #expect(get.status == 65, "\(kind) \(path): \(get)")
-                    #expect(get.stderr.hasPrefix("locker: error: integrity failure: \(path == "/dir/inside" ? "/dir" : path): \(what)"),
+                    #expect(get.stderr.hasPrefix("locker: error: integrity failure: \(path == "/dir/inside" ? "/dir" : path): \(what)\n"),
                             "\(kind) \(path): \(get)")
                     #expect(get.stdout.isEmpty, "\(kind) \(path)")
                 }
@@ -752,7 +794,7 @@ struct StoreDamageCLITests {
             let report = try JSONDecoder().decode(Report.self, from: json.stdout)
             #expect(report.purged.isEmpty)
             #expect(report.damaged.map(\.path) == ["/p/hdr", "/p/sub"], "\(json)")
-            #expect(report.damaged.allSatisfy { $0.reason.hasPrefix("damaged: ") && $0.reason.hasSuffix(" failed authentication") }, "\(json)")
+            #expect(report.damaged.allSatisfy { ["damaged: header failed authentication", "damaged: directory record failed authentication"].contains($0.reason) }, "\(json)")
         }
     }
 
@@ -792,14 +834,15 @@ struct StoreDamageCLITests {
             for name in [damagedName, damagedBig] {
                 #expect(ls.stdout.contains(String(name.dropFirst(3))), "\(ls)")
                 let stat = try f.raw(["stat", name])
-                #expect(stat.status == 65 && stat.stderr.hasPrefix("locker: error: integrity failure: \(name): name does not authenticate"),
+                #expect(stat.status == 65 && stat.stderr.hasPrefix("locker: error: integrity failure: \(name): name failed authentication\n"),
                         "\(stat)")
             }
             let verify = try f.raw(["verify"])
             #expect(verify.status == 65, "\(verify)")
-            for line in ["damaged: \(damagedName): name does not authenticate", "damaged: \(damagedBig): name does not authenticate",
-                         "damaged: /d/sub: directory record", "damaged: /d/hdr: header"] {
-                #expect(verify.text.contains(line), "\(line): \(verify)")
+            for line in ["damaged: \(damagedName): name failed authentication", "damaged: \(damagedBig): name failed authentication",
+                         "damaged: /d/sub: directory record failed authentication, or belongs to another directory",
+                         "damaged: /d/hdr: header failed authentication"] {
+                #expect(verify.text.contains(line + "\n"), "\(line): \(verify)")
             }
 
             // A good entry's file name is not a name it goes by.

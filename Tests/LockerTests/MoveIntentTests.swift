@@ -157,7 +157,7 @@ import Testing
         #expect(try store.verify(readData: true).isClean)
         // Settled, the same swap is refused.
         try FileManager.default.moveItem(atPath: root + "/s/" + new, toPath: root + "/s/" + old)
-        #expect(throws: StoreError.integrity(path: "/a", what: "directory record (of another directory)")) { try read(store, "/a/x") }
+        #expect(throws: StoreError.integrity(path: "/a", what: "directory record belongs to another directory")) { try read(store, "/a/x") }
         #expect(try store.verify().damaged.map(\.location) == ["/a"])
     }
 
@@ -177,7 +177,7 @@ import Testing
         #expect(try store.verify(readData: true).isClean)
         // Moved on disk to the place it was going to, it is refused.
         try FileManager.default.moveItem(atPath: root + "/s/" + old, toPath: root + "/s/" + new)
-        #expect(throws: StoreError.integrity(path: "/b/a", what: "directory record (of another directory)")) { try read(store, "/b/a/x") }
+        #expect(throws: StoreError.integrity(path: "/b/a", what: "directory record belongs to another directory")) { try read(store, "/b/a/x") }
     }
 
     @Test func verifyReportsAnInterruptedDirectoryMoveAndRepairSettlesIt() throws {
@@ -203,7 +203,7 @@ import Testing
         bytes[bytes.count - 1] ^= 1
         try bytes.write(to: URL(fileURLWithPath: root + "/s/move.intent"))
         let report = try store.verify(readData: true, repair: true)
-        #expect(report.damaged.contains { $0.location == "move.intent" && $0.reason == "move intent does not authenticate" })
+        #expect(report.damaged.contains { $0.location == "move.intent" && $0.reason == "move intent failed authentication" })
         #expect(FileManager.default.fileExists(atPath: root + "/s/" + source))
         // A change leaves an unreadable intent alone too.
         try store.makeDirectory(StorePath("/c"))
