@@ -1330,15 +1330,15 @@ public final class Store: @unchecked Sendable {
             if isDirectory {
                 do {
                     items.append(ItemInfo(path: itemPath, kind: .directory(try directoryInfo(itemPath))))
-                } catch let error as StoreError where error.isIntegrity {
-                    items.append(ItemInfo(path: itemPath, kind: .damaged("directory record failed authentication")))
+                } catch StoreError.integrity(_, let what) {
+                    items.append(ItemInfo(path: itemPath, kind: .damaged(what)))
                 }
             } else {
                 let header: ObjectHeader
                 do {
                     header = try readHeader(fsPath, name: itemPath.name, in: directory, path: itemPath)
-                } catch let error as StoreError where error.isIntegrity {
-                    return items.append(ItemInfo(path: itemPath, kind: .damaged("header failed authentication")))
+                } catch StoreError.integrity(_, let what) {
+                    return items.append(ItemInfo(path: itemPath, kind: .damaged(what)))
                 } catch StoreError.notFound {
                     // Removed since the directory was read.
                     return

@@ -297,6 +297,16 @@ struct StoreDamageCLITests {
             #expect(stat.status == 65 && stat.stderr.hasPrefix("locker: error: \(error)\n"), "\(stat)")
             let verify = try f.raw(["verify"])
             #expect(verify.status == 65 && verify.text.contains("damaged: /d/theirs: \(clause)\n"), "\(verify)")
+            let list = try f.raw(["ls", "/d"])
+            #expect(list.status == 0 && list.text == "mine\ntheirs  (damaged: \(clause))\n", "\(list)")
+            let purge = try f.raw(["purge", "--key-reset", "--json"])
+            #expect(purge.status == 65, "\(purge)")
+            struct PurgeReport: Decodable {
+                let purged: [String]
+                let damaged: [[String: String]]
+            }
+            let purged = try JSONDecoder().decode(PurgeReport.self, from: purge.stdout)
+            #expect(purged.purged.isEmpty && purged.damaged == [["path": "/d/theirs", "reason": "damaged: \(clause)"]], "\(purge)")
 
             let export = try f.raw(["export", f.root + "/export"])
             #expect(export.status == 65, "\(export)")
