@@ -15,16 +15,20 @@ import LockerIO
 final class LocalDestination: @unchecked Sendable {
     let root: LocalDirectory
 
-    /// Opens the directory `path`; one error line if it is not one.
-    init(_ path: String) throws {
+    /// Opens the directory `path`; one error line if it is not one, or if
+    /// it is a directory `fence` holds, as is every directory entered
+    /// below it.
+    init(_ path: String, fence: DirectoryFence) throws {
+        let directory: OpenDirectory
         do {
-            let directory = try OpenDirectory(path)
-            root = LocalDirectory(directory, relative: ".")
+            directory = try OpenDirectory(path)
         } catch {
             throw error.errno == ENOTDIR
                 ? CommandFailure(.failure, "cannot write into \(path): it exists and is not a directory")
                 : CommandFailure.cannot("write into \(path)", error.errno)
         }
+        try fence.check(directory.status, path: path)
+        root = LocalDirectory(directory, relative: ".", fence: fence)
     }
 
     /// Opens the directory at `place` again: below the root, through no
@@ -41,7 +45,7 @@ final class LocalDestination: @unchecked Sendable {
         guard directory.status.device == place.device, directory.status.inode == place.inode else {
             throw CommandFailure(.failure, "cannot write into \(place.path): it was moved or replaced while files were written into it")
         }
-        return LocalDirectory(directory, relative: place.relative)
+        return LocalDirectory(directory, relative: place.relative, fence: root.fence)
     }
 
     /// Why a directory kept by its place could not be opened again.
@@ -70,9 +74,12 @@ struct LocalPlace: Equatable, Sendable {
 final class LocalDirectory: @unchecked Sendable {
     let directory: OpenDirectory
     let place: LocalPlace
+    /// The directories never written into, here or below.
+    let fence: DirectoryFence
 
-    init(_ directory: OpenDirectory, relative: String) {
+    init(_ directory: OpenDirectory, relative: String, fence: DirectoryFence) {
         self.directory = directory
+        self.fence = fence
         place = LocalPlace(relative: relative, path: directory.path,
                            device: directory.status.device, inode: directory.status.inode)
     }
@@ -120,8 +127,9 @@ final class LocalDirectory: @unchecked Sendable {
         if let seen, !created, !opened.status.isSameFile(as: seen) {
             throw CommandFailure(.failure, "cannot write into \(path): it was moved or replaced while files were written into it")
         }
+        try fence.check(opened.status, path: path)
         let relative = place.relative == "." ? name : place.relative + "/" + name
-        return LocalDirectory(opened, relative: relative)
+        return LocalDirectory(opened, relative: relative, fence: fence)
     }
 
     /// What is at `name` (a link is not followed); nil if nothing is.
@@ -140,7 +148,7 @@ final class LocalDirectory: @unchecked Sendable {
     }
 
     /// Writes the new file `name` in this directory, which is being built
-    /// out of sight (``buildNewDirectory(_:mode:_:)``): created at its name
+    /// out of sight (``buildNewDirectory(_:mode:fence:_:)``): created at its name
     /// (`O_EXCL`), with no sync or rename of its own, since the whole tree
     /// is made durable by one sync and appears by one rename, or not at
     /// all. The file is removed if `body` throws.
@@ -158,6 +166,26 @@ final class LocalDirectory: @unchecked Sendable {
             try? directory.remove(name)
             throw error
         }
+    }
+}
+
+/// The directories a fetch never writes into, whatever DEST holds: the
+/// store and the device directory (``GlobalOptions/fence()``). Every
+/// existing directory a fetch enters is opened from its parent through no
+/// link and on the same file system, so none inside a fenced directory is
+/// reached without entering the fenced one itself: checking each one
+/// entered by device and inode keeps the whole subtree out.
+struct DirectoryFence: Sendable {
+    /// Each fenced directory by device and inode, with what errors call
+    /// it ("the store /path").
+    let fenced: [(device: UInt64, inode: UInt64, what: String)]
+
+    /// Throws a usage error (exit 64) if `status` is a fenced directory;
+    /// `path` is how the fetch names it.
+    func check(_ status: FileStatus, path: String) throws {
+        guard let hit = fenced.first(where: { $0.device == status.device && $0.inode == status.inode }) else { return }
+        throw CommandFailure(.usage, "cannot write into \(path): it is \(hit.what), and fetched plaintext must not be written there",
+                             hint: "fetch into a directory that does not hold the store or the device directory")
     }
 }
 
@@ -187,14 +215,14 @@ func publishBuiltDirectory(_ name: String, from: OpenDirectory, to target: Strin
 /// `build` is given the destination (the parent, opened once) and the
 /// directory to fill, which errors name as `path`, as they do everything
 /// below it. Returns what `build` returns.
-func buildNewDirectory<Built>(_ path: String, mode: UInt32 = 0o777,
+func buildNewDirectory<Built>(_ path: String, mode: UInt32 = 0o777, fence: DirectoryFence,
                               _ build: (LocalDestination, LocalDirectory) throws -> Built) throws -> Built {
     let (trimmed, parent, name) = splitLocalPath(path)
     guard !name.isEmpty && name != "." && name != ".." else {
         throw CommandFailure(.failure, "cannot create directory \(path): the name of a new directory cannot be \(name)")
     }
     try makeLocalDirectory(parent, mode: mode)
-    let destination = try LocalDestination(parent)
+    let destination = try LocalDestination(parent, fence: fence)
     let base = destination.root
     let stagingName = ".locker-" + UUID().uuidString + ".tmp"
     // Removed by the signal handling too, should the process have to end

@@ -90,6 +90,24 @@ struct GlobalOptions: ParsableArguments {
         }
     }
 
+    /// The store and the device directory as a tree fetch must never enter
+    /// them (``DirectoryFence``): a DEST that holds either (`get -r /
+    /// ~`, with the store under `~/.local/share`) must not have fetched
+    /// plaintext, or files over the device's own, written into them by
+    /// objects whose paths lead there. A directory that does not exist (yet)
+    /// is left out: a fetch creates none of its directories at the path
+    /// of an existing one.
+    func fence() -> DirectoryFence {
+        var fenced: [(device: UInt64, inode: UInt64, what: String)] = []
+        for (directory, what) in [(storePath, "the store"), (devicePath, "the device directory")] {
+            var st = stat()
+            // Followed if a link, as the store and device are reached.
+            guard stat(directory, &st) == 0 else { continue }
+            fenced.append((UInt64(st.st_dev), UInt64(st.st_ino), "\(what) \(shown(directory))"))
+        }
+        return DirectoryFence(fenced: fenced)
+    }
+
     /// Whether the absolute path `inner` is `outer` or below it.
     static func isWithin(_ inner: String, _ outer: String) -> Bool {
         inner == outer || inner.hasPrefix(outer == "/" ? "/" : outer + "/")

@@ -879,7 +879,7 @@ struct Get: ParsableCommand {
                 throw CommandFailure(.usage, "-r needs a local directory as DEST")
             }
             let damaged = DamagedObjects()
-            let count = try TreeFetch(store, damaged: damaged).fetch(from: source, to: destination)
+            let count = try TreeFetch(store, fence: global.fence(), damaged: damaged).fetch(from: source, to: destination)
             print("Fetched \(count) object\(count == 1 ? "" : "s") into \(shown(destination))."
                   + (damaged.count > 0 ? " \(damaged.count) damaged not fetched; see the warnings." : ""))
             try damaged.fail()
@@ -1804,7 +1804,7 @@ struct Export: ParsableCommand {
         // helps a locked object, never one of those).
         var entries: [Entry] = []
         var resetCount = 0
-        let fetch = TreeFetch(store, damaged: damaged) { path, listed, outcome in
+        let fetch = TreeFetch(store, fence: global.fence(), damaged: damaged) { path, listed, outcome in
             // A damaged header leaves only the path known.
             var entry = Entry(path: path, exported: false)
             if let listed {

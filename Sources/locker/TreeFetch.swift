@@ -42,9 +42,12 @@ struct TreeFetch {
     /// left out and reported, and the fetch goes on; without it (`get
     /// -r`), such an object stops the fetch.
     var report: ((String, FetchEntry?, Outcome) -> Void)?
+    /// The directories never entered: the store's and the device's.
+    let fence: DirectoryFence
 
-    init(_ store: Store, damaged: DamagedObjects, report: ((String, FetchEntry?, Outcome) -> Void)? = nil) {
+    init(_ store: Store, fence: DirectoryFence, damaged: DamagedObjects, report: ((String, FetchEntry?, Outcome) -> Void)? = nil) {
         self.store = store
+        self.fence = fence
         self.damaged = damaged
         self.report = report
     }
@@ -68,7 +71,9 @@ struct TreeFetch {
     ///
     /// Every directory below DEST is opened from the one above it through
     /// no symbolic link, and written into by descriptor
-    /// (``LocalDestination``).
+    /// (``LocalDestination``); one that is the store or the device
+    /// directory (``fence``) fails the fetch with a usage error (64)
+    /// before anything is written into it.
     ///
     /// A new `local` and the directories made for it get `mode`, less the
     /// umask. `finish`, if given, writes into the top of the tree once
@@ -82,7 +87,7 @@ struct TreeFetch {
                finish: ((LocalDirectory, _ outOfSight: Bool) throws -> Void)? = nil) throws -> Int {
         var st = stat()
         if lstat(local, &st) != 0, errno == ENOENT {
-            return try buildNewDirectory(local, mode: mode) { destination, tree in
+            return try buildNewDirectory(local, mode: mode, fence: fence) { destination, tree in
                 let count = try fetchDirectory(source, into: tree, destination, nil)
                 try finish?(tree, true)
                 return count
@@ -90,7 +95,7 @@ struct TreeFetch {
         }
         // What is in the way, named as `mkdir -p` would.
         try makeLocalDirectory(local, mode: mode)
-        let destination = try LocalDestination(local)
+        let destination = try LocalDestination(local, fence: fence)
         let export = TreeExport(destination)
         let direct: Int
         do {

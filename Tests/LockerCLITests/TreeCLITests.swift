@@ -927,6 +927,42 @@ struct TreeCLITests {
     /// directories in only if that is still what the name holds: another
     /// directory renamed there meanwhile (a user's own, moved by another
     /// uid who can write to DEST) is left alone, contents and all.
+    /// A DEST that holds the device directory and the store (as a home
+    /// directory holds both by default) takes what goes elsewhere, but an
+    /// object whose path leads into either is refused before a byte is
+    /// written there: a fetch once overwrote the keybag with an object
+    /// named /d/keybag, and the device could never be unlocked again.
+    @Test func treeFetchNeverWritesIntoTheDeviceOrTheStore() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/d/keybag", Data("not a keybag".utf8))
+            try f.put("/x/s/planted", Data("plaintext".utf8))
+            try f.put("/other/kept", Data("kept".utf8))
+            let keybag = try fileBytes(f.device + "/keybag")
+            let storeFiles = Set(try FileManager.default.subpathsOfDirectory(atPath: f.store))
+            func expectRefused(_ r: RawResult, _ directory: String, _ what: String, _ summary: String) {
+                #expect(r.status == 64, "\(summary): \(r)")
+                #expect(r.stderr == "locker: error: cannot write into \(directory): it is \(what) \(directory), and fetched plaintext must not be written there\n"
+                        + "locker: hint: fetch into a directory that does not hold the store or the device directory\n", "\(summary): \(r)")
+                #expect((try? fileBytes(f.device + "/keybag")) == keybag, "\(summary): the keybag was written over")
+                #expect(Set((try? FileManager.default.subpathsOfDirectory(atPath: f.store)) ?? []) == storeFiles,
+                        "\(summary): a file was written into the store")
+            }
+            expectRefused(try f.raw(["get", "-r", "/", f.root]), f.device, "the device directory", "get -r / ROOT")
+            expectRefused(try f.raw(["get", "-r", "/x", f.root]), f.store, "the store", "get -r /x ROOT")
+            expectRefused(try f.raw(["export", f.root]), f.device, "the device directory", "export ROOT")
+            #expect(!FileManager.default.fileExists(atPath: f.root + "/manifest.json"))
+
+            // What leads elsewhere is fetched as before.
+            let other = try f.raw(["get", "-r", "/other", f.root + "/other"])
+            #expect(other.status == 0, "\(other)")
+            #expect(try fileBytes(f.root + "/other/kept") == Data("kept".utf8))
+            try f.ok(["reboot"])
+            try f.ok(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            #expect(try f.raw(["get", "/other/kept", "-"]).stdout == Data("kept".utf8))
+        }
+    }
+
     @Test func failedTreeFetchRemovesOnlyWhatItMade() throws {
         try withStoreFixture { f in
             try f.initialize()
