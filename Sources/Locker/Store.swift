@@ -421,7 +421,7 @@ public final class Store: @unchecked Sendable {
         }
         // A header is bound to its directory and name: one moved or
         // swapped on disk is refused.
-        guard header.parentID == directory.record.directoryID, header.name == name else {
+        guard header.parentID == directory.record.directoryID, header.name.sameBytes(as: name) else {
             throw StoreError.integrity(path: path.description, what: "header belongs to another name or directory")
         }
         return header

@@ -41,8 +41,26 @@ public struct StorePath: Sendable, Hashable, CustomStringConvertible {
 
     /// Whether `self` is `other` or lies below it.
     public func isWithin(_ other: StorePath) -> Bool {
-        components.count >= other.components.count && Array(components.prefix(other.components.count)) == other.components
+        components.count >= other.components.count
+            && zip(components, other.components).allSatisfy { $0.sameBytes(as: $1) }
     }
 
     public var description: String { "/" + components.joined(separator: "/") }
+
+    // Equal, and hashed, by the bytes of the components, as the store
+    // tells names apart (``Swift/String/sameBytes(as:)``): with String's
+    // `==`, "/é" and "/e\u{301}" would be one key of a batch's directories.
+    public static func == (a: StorePath, b: StorePath) -> Bool {
+        a.components.count == b.components.count && zip(a.components, b.components).allSatisfy { $0.sameBytes(as: $1) }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(components.count)
+        for component in components {
+            var bytes = component
+            bytes.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+            // Where one component ends, so ["ab"] and ["a", "b"] differ.
+            hasher.combine(0xFF as UInt8)
+        }
+    }
 }

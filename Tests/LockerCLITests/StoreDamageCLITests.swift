@@ -326,6 +326,70 @@ struct StoreDamageCLITests {
         }
     }
 
+    /// Names are bytes: "é" as one code point and as "e" with a combining
+    /// accent are two names, which Swift's `==` takes as one. Headers and
+    /// directory records swapped between two such names are refused, as
+    /// between any two names, so that neither object is served under the
+    /// other's name and no directory's default class is taken for the
+    /// other's; and both names are stored and fetched side by side.
+    @Test func namesThatDifferOnlyInNormalizationAreNotTakenForEachOther() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let composed = "/caf\u{E9}", decomposed = "/cafe\u{301}"
+            #expect(composed == decomposed && !composed.utf8.elementsEqual(decomposed.utf8), "the two names must be canonically equivalent")
+            let one = pseudoRandomBytes(2000, seed: 41), two = pseudoRandomBytes(2000, seed: 42)
+            let headers = try [(composed, one), (decomposed, two)].map { try f.putInline($0, $1) }
+            #expect(try f.raw(["get", composed, "-"]).stdout == one)
+            #expect(try f.raw(["get", decomposed, "-"]).stdout == two)
+            let list = try f.raw(["ls", "/"])
+            #expect(list.stdout == Data((composed.dropFirst() + "\n" + decomposed.dropFirst() + "\n").utf8)
+                    || list.stdout == Data((decomposed.dropFirst() + "\n" + composed.dropFirst() + "\n").utf8), "\(list)")
+
+            // The two header files swapped.
+            let held = try [fileBytes(headers[0]), fileBytes(headers[1])]
+            try held[1].write(to: URL(fileURLWithPath: headers[0]))
+            try held[0].write(to: URL(fileURLWithPath: headers[1]))
+            for path in [composed, decomposed] {
+                let get = try f.raw(["get", path, "-"])
+                #expect(get.status == 65 && get.stdout.isEmpty, "\(path): \(get)")
+                #expect(get.stderr.hasPrefix("locker: error: integrity failure: \(path): header belongs to another name or directory\n"),
+                        "\(path): \(get)")
+            }
+            #expect(try f.raw(["verify", "--read-data"]).status == 65)
+            try held[0].write(to: URL(fileURLWithPath: headers[0]))
+            try held[1].write(to: URL(fileURLWithPath: headers[1]))
+
+            // Two directories: class D under one name, class A under the
+            // other, their records swapped.
+            let open = "/d\u{E9}", closed = "/de\u{301}"
+            try f.ok(["mkdir", open, "--class", "none"])
+            try f.ok(["mkdir", closed, "--class", "complete"])
+            let records = try [open, closed].map { directory in
+                (try f.putInline(directory + "/x", Data("x".utf8)) as NSString).deletingLastPathComponent + "/.dir"
+            }
+            #expect(records[0] != records[1])
+            let recordBytes = try records.map { try fileBytes($0) }
+            try recordBytes[1].write(to: URL(fileURLWithPath: records[0]))
+            try recordBytes[0].write(to: URL(fileURLWithPath: records[1]))
+            let put = try f.raw(["put", try f.localFile(Data("secret".utf8)), closed + "/new"])
+            #expect(put.status == 65, "a put into \(closed) took the class of the other's record: \(put)")
+            #expect(put.stderr.hasPrefix("locker: error: integrity failure: \(closed): directory record belongs to another directory\n"), "\(put)")
+            #expect(try f.raw(["stat", open]).status == 65)
+
+            // A local tree holding both names is stored, and fetched, as two.
+            let tree = f.root + "/tree"
+            try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: false)
+            try one.write(to: URL(fileURLWithPath: tree + composed))
+            try two.write(to: URL(fileURLWithPath: tree + decomposed))
+            let putTree = try f.raw(["put", "-r", tree, "/tree"])
+            #expect(putTree.status == 0, "\(putTree)")
+            let back = f.root + "/back"
+            let getTree = try f.raw(["get", "-r", "/tree", back])
+            #expect(getTree.status == 0, "\(getTree)")
+            #expect(try fileBytes(back + composed) == one && fileBytes(back + decomposed) == two)
+        }
+    }
+
     @Test func flippedBitsInTheData() throws {
         try withStoreFixture { f in
             try f.initialize()

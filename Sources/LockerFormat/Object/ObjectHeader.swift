@@ -242,6 +242,8 @@ public struct DirectoryRecord: Sendable, Equatable {
     public static let rootParentID = [UInt8](repeating: 0, count: 16)
 
     /// A place in the namespace: a name in the directory of `parentID`.
+    /// Two places are equal when their parent IDs and the bytes of their
+    /// names are (``Swift/String/sameBytes(as:)``).
     public struct Place: Sendable, Equatable {
         public var parentID: [UInt8]
         public var name: String
@@ -249,6 +251,10 @@ public struct DirectoryRecord: Sendable, Equatable {
         public init(parentID: [UInt8], name: String) {
             self.parentID = parentID
             self.name = name
+        }
+
+        public static func == (a: Place, b: Place) -> Bool {
+            a.parentID == b.parentID && a.name.sameBytes(as: b.name)
         }
     }
 
