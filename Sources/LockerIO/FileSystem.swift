@@ -288,7 +288,7 @@ public struct FileSystem: Sendable {
     /// ``openForReading(_:)`` does, but only a regular file: a link in
     /// the last component is not followed (ELOOP), and a FIFO planted
     /// where a header was is not waited on (the open does not block), nor
-    /// is anything else read: both throw an error whose
+    /// is anything else read (a socket, a device): each throws an error whose
     /// ``IOError/isNotRegularFile`` is true. The descriptor is left
     /// `O_NONBLOCK`, which changes nothing for a regular file.
     public func openRegularFileForReading(_ path: String) throws(IOError) -> Int32 {
@@ -299,7 +299,17 @@ public struct FileSystem: Sendable {
     // O_NONBLOCK is not cleared: reads of a regular file never wait for a
     // writer, and clearing it cost two fcntl calls per header read.
     func openRegularFile(_ path: String) throws(IOError) -> (fd: Int32, status: FileStatus) {
-        let fd = try openForReading(path, extraFlags: O_NONBLOCK | O_NOFOLLOW)
+        let fd: Int32
+        do {
+            // O_NOCTTY: a terminal planted there must not become this
+            // process's controlling terminal by being opened.
+            fd = try openForReading(path, extraFlags: O_NONBLOCK | O_NOFOLLOW | O_NOCTTY)
+        } catch where error.errno == ENXIO || error.errno == ENODEV {
+            // A socket cannot be opened (ENXIO), nor a device with no
+            // driver behind it (ENXIO, ENODEV): neither is a regular file,
+            // which is what the caller must hear, not an I/O error.
+            throw IOError.notRegularFile(path)
+        }
         let status: FileStatus
         do {
             status = try fstat(fd, path: path)

@@ -648,9 +648,11 @@ struct StoreDamageCLITests {
         }
     }
 
-    /// A FIFO or a symbolic link where a header, a data file or a
-    /// directory record should be is damage, reported at once:
-    /// opening a FIFO for reading would wait for a writer for ever.
+    /// A FIFO, a socket or a symbolic link where a header, a data file or
+    /// a directory record should be is damage, reported at once:
+    /// opening a FIFO for reading would wait for a writer for ever, and
+    /// a socket cannot be opened at all (which stopped whole listings
+    /// and fetches with an I/O error).
     @Test func specialFilesInTheStoreAreDamageNotAHang() throws {
         try withStoreFixture { f in
             try f.initialize()
@@ -673,6 +675,7 @@ struct StoreDamageCLITests {
             }
             let kinds: [(String, (String) -> Int32)] = [
                 ("FIFO", { mkfifo($0, 0o600) }),
+                ("socket", { bindUnixSocket(at: $0) }),
                 ("link", { symlink(f.root, $0) }),
             ]
             for (kind, make) in kinds {
@@ -952,5 +955,21 @@ struct StoreDamageCLITests {
             try f.ok(["verify", "--repair"])
             try f.ok(["verify"])
         }
+    }
+}
+
+/// Makes a Unix socket at `path` (left there once closed); 0 on success,
+/// as `mkfifo` returns.
+func bindUnixSocket(at path: String) -> Int32 {
+    let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return -1 }
+    defer { close(fd) }
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    let bytes = Array(path.utf8)
+    guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return -1 }
+    withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
     }
 }
