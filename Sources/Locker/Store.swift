@@ -349,6 +349,17 @@ public final class Store: @unchecked Sendable {
         return status.isDirectory ? .directory : .object
     }
 
+    /// The error for what is at `fsPath` (`path`), found where a directory
+    /// was wanted and not one: an object, whose header is a regular file,
+    /// is `otherwise` (``StoreError/notADirectory(_:)`` on the way to a
+    /// path, ``StoreError/alreadyExists(_:)`` at a new directory's name);
+    /// anything else (a link, a FIFO, a socket planted there) is damage,
+    /// as a listing reports it.
+    func notADirectory(_ fsPath: String, _ path: StorePath, otherwise: StoreError) -> StoreError {
+        guard let status = try? fs.status(fsPath), !status.isRegularFile else { return otherwise }
+        return .integrity(path: path.description, what: "header is not a regular file")
+    }
+
     /// Resolves a directory; every component must be a directory.
     func directory(at path: StorePath) throws -> Directory {
         var current = try rootDirectory()
@@ -357,7 +368,7 @@ public final class Store: @unchecked Sendable {
             let fsPath = try entryPath(name, in: current)
             switch try kind(of: fsPath) {
             case .missing: throw StoreError.notFound(sub.description)
-            case .object: throw StoreError.notADirectory(sub.description)
+            case .object: throw notADirectory(fsPath, sub, otherwise: .notADirectory(sub.description))
             case .directory:
                 current = Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub, in: current.record.directoryID),
                                     storePath: sub)
@@ -384,7 +395,7 @@ public final class Store: @unchecked Sendable {
             let fsPath = try entryPath(name, in: chain.last!)
             switch try kind(of: fsPath) {
             case .missing: return (chain, false)
-            case .object: throw StoreError.notADirectory(sub.description)
+            case .object: throw notADirectory(fsPath, sub, otherwise: .notADirectory(sub.description))
             case .directory:
                 chain.append(Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub, in: chain.last!.record.directoryID),
                                        storePath: sub))
@@ -410,7 +421,9 @@ public final class Store: @unchecked Sendable {
             bytes = try fs.readFile(fsPath, limit: ObjectHeader.maxFileLength)
         } catch let error as IOError where error.isNotFound {
             throw StoreError.notFound(path.description)
-        } catch let error as IOError where error.errno == EFBIG || error.isNotRegularFile {
+        } catch let error as IOError where error.isNotRegularFile {
+            throw StoreError.integrity(path: path.description, what: "header is not a regular file")
+        } catch let error as IOError where error.errno == EFBIG {
             throw StoreError.integrity(path: path.description, what: "header failed authentication")
         }
         let header: ObjectHeader
@@ -530,7 +543,7 @@ public final class Store: @unchecked Sendable {
             case .object:
                 // As mkdir(1): the name is taken (EEXIST), also with
                 // `parents`; an object on the way is ENOTDIR.
-                throw isLast ? StoreError.alreadyExists(sub.description) : StoreError.notADirectory(sub.description)
+                throw notADirectory(fsPath, sub, otherwise: isLast ? .alreadyExists(sub.description) : .notADirectory(sub.description))
             case .directory:
                 if isLast && !parents { throw StoreError.alreadyExists(sub.description) }
                 current = Directory(fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: sub, in: current.record.directoryID),
@@ -619,7 +632,7 @@ public final class Store: @unchecked Sendable {
             var fsPath = try entryPath(path.name, in: parent)
             if !build.newPaths.contains(path.parent) {
                 switch try kind(of: fsPath) {
-                case .object: throw StoreError.notADirectory(path.description)
+                case .object: throw notADirectory(fsPath, path, otherwise: .notADirectory(path.description))
                 case .directory:
                     build.directories[path] = Directory(
                         fsPath: fsPath, record: try readDirectoryRecord(fsPath, path: path, in: parent.record.directoryID),

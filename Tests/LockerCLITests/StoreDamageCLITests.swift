@@ -682,8 +682,8 @@ struct StoreDamageCLITests {
                 for path in originals.keys { try FileManager.default.removeItem(atPath: path); #expect(make(path) == 0) }
                 let list = try f.raw(["ls", "/"], timeout: 20)
                 #expect(list.status == 0, "\(kind): \(list)")
-                #expect(String(decoding: list.stdout, as: UTF8.self).contains("small  (damaged: header failed authentication)\n"), "\(kind): \(list)")
-                for (path, what) in [("/small", "header failed authentication"), ("/big", "data file is not a regular file"),
+                #expect(String(decoding: list.stdout, as: UTF8.self).contains("small  (damaged: header is not a regular file)\n"), "\(kind): \(list)")
+                for (path, what) in [("/small", "header is not a regular file"), ("/big", "data file is not a regular file"),
                                      ("/dir/inside", "directory record failed authentication")] {
                     let get = try f.raw(["get", path, "-"], timeout: 20)
                     #expect(get.status == 65, "\(kind) \(path): \(get)")
@@ -697,6 +697,25 @@ struct StoreDamageCLITests {
                 #expect(try f.raw(["get", "/big", "-"]).stdout == big, "\(kind)")
             }
             #expect(try f.raw(["verify", "--read-data"]).status == 0)
+
+            // The directory itself replaced: on the way to a path, as in a
+            // listing, it is damage, not an object in the way (exit 1).
+            let directory = (recordPath as NSString).deletingLastPathComponent
+            let moved = f.root + "/moved-dir"
+            try FileManager.default.moveItem(atPath: directory, toPath: moved)
+            for (kind, make) in kinds {
+                #expect(make(directory) == 0, "\(kind)")
+                for arguments in [["get", "/dir/inside", "-"], ["stat", "/dir/inside"], ["put", try f.localFile(small), "/dir/new"],
+                                  ["mkdir", "/dir"], ["mkdir", "-p", "/dir/sub"]] {
+                    let r = try f.raw(arguments, timeout: 20)
+                    #expect(r.status == 65 && r.stderr.hasPrefix("locker: error: integrity failure: /dir: header is not a regular file\n"),
+                            "\(kind) \(arguments): \(r)")
+                }
+                #expect(try f.raw(["ls", "/"]).text.contains("dir  (damaged: header is not a regular file)\n"), "\(kind)")
+                try FileManager.default.removeItem(atPath: directory)
+            }
+            try FileManager.default.moveItem(atPath: moved, toPath: directory)
+            #expect(try f.raw(["get", "/dir/inside", "-"]).stdout == small)
         }
     }
 
