@@ -141,6 +141,8 @@ final class ObjectWriter {
     }
 
     private let chunkSize: Int
+    /// Past this many chunks the write fails (``StoreError/objectTooLarge(maxLength:)``).
+    private let maxChunkCount: UInt64
     private let batch: Int
     private let sealers: [ChunkSealer]
     private let input: SensitiveBuffer
@@ -150,8 +152,9 @@ final class ObjectWriter {
     private var inputUsed = 0
     private var recordUsed: [[Int]]
 
-    init(chunkKey: SecretBytes, chunkSize: UInt32, workers: Int) throws {
+    init(chunkKey: SecretBytes, chunkSize: UInt32, maxChunkCount: UInt64, workers: Int) throws {
         self.chunkSize = Int(chunkSize)
+        self.maxChunkCount = min(maxChunkCount, ChunkLayout.maxChunkCount)
         let batch = max(2, workers * 2)
         self.batch = batch
         sealers = try (0..<batch).map { _ in try ChunkSealer(chunkKey: chunkKey) }
@@ -251,6 +254,10 @@ final class ObjectWriter {
                 // which was then written as not final: impossible, because
                 // the probe byte would have found the end.
                 preconditionFailure("empty batch after a non-final one")
+            }
+            // Refused before it is written: no reader would take more.
+            guard chunkIndex + UInt64(chunksHere) <= maxChunkCount else {
+                throw StoreError.objectTooLarge(maxLength: maxChunkCount * UInt64(chunkSize))
             }
             try recheck?.pass()
             // Wait until the write that last used this record set is done.
@@ -522,7 +529,7 @@ final class ObjectReader {
         let count = header.chunkCount
         guard try file.size() == header.dataLength else { throw CryptoError.authenticationFailure }
         let indexLength = ChunkLayout.indexLength(chunkCount: count)
-        guard indexLength <= header.dataLength, indexLength <= 64 << 20 else { throw CryptoError.authenticationFailure }
+        guard indexLength <= header.dataLength, count <= ChunkLayout.maxChunkCount else { throw CryptoError.authenticationFailure }
         var sealed = [UInt8](repeating: 0, count: Int(indexLength))
         try sealed.withUnsafeMutableBytes { try file.read(into: $0, at: header.dataLength - indexLength) }
         lengths = try opener.openIndex(sealed, chunkCount: count)

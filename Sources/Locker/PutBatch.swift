@@ -189,7 +189,7 @@ extension Store {
                 // objects over the cores, and a writer's buffers grow
                 // with its workers.
                 let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKeys[i]),
-                                              chunkSize: options.chunkSize, workers: 1)
+                                              chunkSize: options.chunkSize, maxChunkCount: options.maxChunkCount, workers: 1)
                 // A small object's data goes into its header file, and
                 // no data file is created.
                 let result = try writer.write(from: try early.source(i), inlineLimit: ObjectHeader.maxInlineDataLength, file: {

@@ -22,10 +22,16 @@ public final class Store: @unchecked Sendable {
         public var workers: Int
         /// Every file system call the store makes goes through this.
         public var fileSystem: FileSystem
+        /// The most chunks a new object may have: the format's limit
+        /// (``ChunkLayout/maxChunkCount``), or fewer. A larger object is
+        /// refused with ``StoreError/objectTooLarge(maxLength:)``.
+        public var maxChunkCount: UInt64
 
         /// `workers` 0 means one per core.
-        public init(chunkSize: UInt32 = ChunkLayout.defaultChunkSize, workers: Int = 0, fileSystem: FileSystem = .init()) {
+        public init(chunkSize: UInt32 = ChunkLayout.defaultChunkSize, workers: Int = 0, fileSystem: FileSystem = .init(),
+                    maxChunkCount: UInt64 = ChunkLayout.maxChunkCount) {
             self.chunkSize = chunkSize
+            self.maxChunkCount = min(maxChunkCount, ChunkLayout.maxChunkCount)
             self.workers = workers > 0 ? workers : max(1, ProcessInfo.processInfo.activeProcessorCount)
             self.fileSystem = fileSystem
         }
@@ -1021,7 +1027,7 @@ public final class Store: @unchecked Sendable {
         if keepOpen { try keys.registerOpen(objectID: Self.hex(objectID), fileKey: fileKey, protectionClass: cls) }
         do {
             let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKey), chunkSize: options.chunkSize,
-                                          workers: options.workers)
+                                          maxChunkCount: options.maxChunkCount, workers: options.workers)
             // A small object's data goes into its header file: no data
             // file is created for it.
             let written = try writer.write(from: source, inlineLimit: ObjectHeader.maxInlineDataLength, file: {

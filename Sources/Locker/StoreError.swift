@@ -38,6 +38,10 @@ public enum StoreError: Error, Equatable, Sendable {
     /// old version, or to nothing. Storing it again once the disk is
     /// mended makes sure of it.
     case storedNotDurable(path: String, reason: String)
+    /// The object is larger than an object may be (`maxLength` bytes at
+    /// its chunk size: ``ChunkLayout/maxChunkCount`` chunks). Nothing of
+    /// it was stored.
+    case objectTooLarge(maxLength: UInt64)
 }
 
 extension StoreError {

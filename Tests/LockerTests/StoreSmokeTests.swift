@@ -29,6 +29,43 @@ import Synchronization
         #expect(try store.list(StorePath("/a/b")).count == 7)
     }
 
+    /// An object of more chunks than a reader takes (its index would pass
+    /// 64 MiB) is refused while it is written, by `put` and by a batch,
+    /// and nothing of it stays: it used to be stored, and then never read
+    /// back. The limit is lowered here through the store's options.
+    @Test func anObjectOfTooManyChunksIsRefusedAndLeavesNothing() throws {
+        let root = NSTemporaryDirectory() + "lks-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
+                                           options: .init(passcodeCost: .fixed(logN: 10)))
+        let chunk = 16 << 10
+        let store = try Store(path: root + "/s", keys: device, options: .init(chunkSize: UInt32(chunk), maxChunkCount: 4))
+        let fits = try SecureRandom.bytes(4 * chunk)  // incompressible: too large to go inline
+        try store.put(StorePath("/fits"), bytes: fits)
+        var back: [UInt8] = []
+        try store.read(StorePath("/fits")) { back.append(contentsOf: $0) }
+        #expect(back == fits)
+        let dataFiles = try FileManager.default.contentsOfDirectory(atPath: root + "/s/data")
+        #expect(dataFiles.count == 1)
+
+        let tooLarge = fits + [1]
+        #expect(throws: StoreError.objectTooLarge(maxLength: UInt64(4 * chunk))) {
+            try store.put(StorePath("/big"), bytes: tooLarge)
+        }
+        var offset = 0
+        let item = PutBatchItem(path: try StorePath("/batch/big"), expectedLength: UInt64(tooLarge.count)) { buffer in
+            let n = min(buffer.count, tooLarge.count - offset)
+            tooLarge.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<offset + n])) }
+            offset += n
+            return n
+        }
+        #expect(throws: StoreError.objectTooLarge(maxLength: UInt64(4 * chunk))) { try store.putBatch([item]) }
+        #expect(throws: StoreError.notFound("/big")) { try store.stat(StorePath("/big")) }
+        #expect((try? store.stat(StorePath("/batch/big"))) == nil)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: root + "/s/data") == dataFiles)
+        #expect(try store.verify().isClean)
+    }
+
     @Test func anOpenEntryIsClosedWithItsObjectEvenWhenTheDeviceCannotListThem() throws {
         let root = NSTemporaryDirectory() + "lks-" + UUID().uuidString.prefix(8)
         defer { try? FileManager.default.removeItem(atPath: root) }

@@ -17,8 +17,13 @@ public enum ChunkLayout {
     /// The chunk size new objects use. See docs/performance.md for the
     /// measurement behind it.
     public static let defaultChunkSize: UInt32 = 256 << 10
-    /// The largest object: 2^48 bytes (256 TiB).
+    /// The largest object: 2^48 bytes (256 TiB), and at most
+    /// ``maxChunkCount`` chunks.
     public static let maxPlaintextLength: UInt64 = 1 << 48
+    /// The most chunks an object has: 16,777,212, so that its index is at
+    /// most 64 MiB, which a reader holds in memory whole (4 TiB at the
+    /// default chunk size).
+    public static let maxChunkCount: UInt64 = ((64 << 20) - UInt64(AESGCM.tagByteCount)) / 4
 
     static let finalFlag: UInt8 = 1
     static let indexFlag: UInt8 = 2
