@@ -73,11 +73,8 @@ struct Init: ParsableCommand {
     func run() throws {
         // The device secret stays outside the store (and the store outside
         // the device directory); refused before anything is made.
+        try global.requireApart()
         let device = global.devicePath, store = global.storePath
-        if GlobalOptions.isWithin(device, store) || GlobalOptions.isWithin(store, device) {
-            throw CommandFailure(.usage, "the device directory \(device) and the store \(store) must be apart, neither inside the other",
-                                 hint: "give --device and --store separate directories")
-        }
         // Nor is a store put into a directory of other files.
         try Store.checkDirectory(store, create: true)
         // A store left by another device (or by this one before a wipe)

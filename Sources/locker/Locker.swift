@@ -108,6 +108,19 @@ struct GlobalOptions: ParsableArguments {
         return DirectoryFence(fenced: fenced)
     }
 
+    /// Refuses a device directory and a store of which one is inside the
+    /// other (exit 64): the device secret must stay outside the store, and
+    /// the store outside the device directory. `init` checks before it
+    /// makes either, and every store command before it opens (or makes)
+    /// the store.
+    func requireApart() throws {
+        let device = devicePath, store = storePath
+        if Self.isWithin(device, store) || Self.isWithin(store, device) {
+            throw CommandFailure(.usage, "the device directory \(device) and the store \(store) must be apart, neither inside the other",
+                                 hint: "give --device and --store separate directories")
+        }
+    }
+
     /// Whether the absolute path `inner` is `outer` or below it.
     static func isWithin(_ inner: String, _ outer: String) -> Bool {
         inner == outer || inner.hasPrefix(outer == "/" ? "/" : outer + "/")

@@ -11,7 +11,8 @@ extension GlobalOptions {
     /// something `create` a missing store directory: the others fail on
     /// it, so that a mistyped `--store` reads as one.
     func openStore(create: Bool = false) throws -> Store {
-        try Store(path: storePath, keys: client(), create: create)
+        try requireApart()
+        return try Store(path: storePath, keys: client(), create: create)
     }
 }
 

@@ -509,6 +509,17 @@ struct StoreCLITests {
                 #expect(r.stderr.contains("must be apart"), "\(r)")
             }
             for made in ["S", "T", "U"] { #expect(!FileManager.default.fileExists(atPath: f.root + "/" + made)) }
+            // Nor is a store made, or opened, inside the device directory
+            // (or the other way round) by a store command.
+            let deviceEntries = try FileManager.default.contentsOfDirectory(atPath: f.device)
+            for (command, store) in [(["put", "-", "/x"], f.device + "/sub"), (["mkdir", "/m"], f.device + "/sub"), (["ls", "/"], f.device),
+                                     (["put", "-", "/x"], f.root)] {
+                let r = try f.run(command + ["--store", store], stdin: "data")
+                #expect(r.status == 64, "\(command) \(store): \(r)")
+                #expect(r.stderr == "locker: error: the device directory \(f.device) and the store \(store) must be apart, neither inside the other\n"
+                        + "locker: hint: give --device and --store separate directories\n", "\(r)")
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: f.device) == deviceEntries)
 
             // put and mkdir make a new store; then everything reads it.
             let second = f.root + "/second/store"
