@@ -153,6 +153,13 @@ extension Store {
                                                reason: "unreferenced data kept: a damaged entry may refer to it"))
             }
         }
+        // Beside the store's own entries, a file another program put in the
+        // store directory is not the store's to read or remove, but it is
+        // named: plaintext left there must not pass for a clean store.
+        for name in ((try? fs.contentsOfDirectory(path)) ?? []).sorted()
+        where !Self.layoutNames.contains(name) && !Self.isLayoutTemporary(name) {
+            report.notChecked.append(.init(location: name, reason: "not the store's: left as it is"))
+        }
         if intent != nil {
             // The old name first: removing the intent before it would
             // leave two names and nothing to tell them apart.

@@ -390,6 +390,25 @@ struct StoreDamageCLITests {
         }
     }
 
+    /// A file another program put beside the store's own entries is not
+    /// the store's: commands go on working, `verify` names it (so
+    /// plaintext left there does not pass for a clean store), and
+    /// `--repair` leaves it as it is.
+    @Test func aForeignFileInTheStoreDirectoryIsNamedNotRemoved() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/kept", Data("kept".utf8))
+            try writeBytes(Data("plaintext".utf8), to: f.store + "/plain.txt")
+            #expect(try f.raw(["get", "/kept", "-"]).stdout == Data("kept".utf8))
+            for arguments in [["verify"], ["verify", "--repair"]] {
+                let verify = try f.raw(arguments)
+                #expect(verify.status == 0, "\(verify)")
+                #expect(verify.text.contains("not checked: plain.txt: not the store's: left as it is\n"), "\(verify)")
+            }
+            #expect(try fileBytes(f.store + "/plain.txt") == Data("plaintext".utf8))
+        }
+    }
+
     @Test func flippedBitsInTheData() throws {
         try withStoreFixture { f in
             try f.initialize()
