@@ -114,13 +114,15 @@ enum SocketIO {
 
     /// Reads exactly `buffer.count` bytes. Returns the number read before
     /// end of stream, or the errno. `deadline` (monotonic seconds) bounds
-    /// the whole read.
+    /// the whole read: past it, the read fails with EAGAIN.
     private static func readFully(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer, deadline: Double?)
         -> Result<Int, ErrnoCode>
     {
         var offset = 0
         while offset < buffer.count {
-            if let deadline, monotonicNow() > deadline { return .failure(ErrnoCode(EAGAIN)) }
+            // A recv alone may block for the socket's whole receive timeout
+            // after the deadline has passed, so wait only for what is left.
+            if let deadline, !awaitInput(fd, until: deadline) { return .failure(ErrnoCode(EAGAIN)) }
             let n = recv(fd, buffer.baseAddress! + offset, buffer.count - offset, 0)
             if n < 0 {
                 let e = errno
@@ -131,6 +133,22 @@ enum SocketIO {
             offset += n
         }
         return .success(offset)
+    }
+
+    /// Waits until `fd` has input (or an end of stream, or an error) to
+    /// read. False once `deadline` (monotonic seconds) has passed first.
+    private static func awaitInput(_ fd: Int32, until deadline: Double) -> Bool {
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        while true {
+            let remaining = deadline - monotonicNow()
+            guard remaining > 0 else { return false }
+            let milliseconds = Int32(min((remaining * 1000).rounded(.up), Double(Int32.max)))
+            let rc = poll(&pfd, 1, milliseconds)
+            if rc > 0 { return true }
+            // A poll that fails for another reason than a signal leaves
+            // the recv to report it.
+            if rc < 0 && errno != EINTR { return true }
+        }
     }
 
     /// Reads one frame whose payload is at most `maxPayload` bytes. With a

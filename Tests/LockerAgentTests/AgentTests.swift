@@ -787,6 +787,42 @@ struct AgentWireFormatTests {
         #expect(kind(try read([0xFF, 0xFF, 0xFF, 0xFF, 0x01])) == "malformed")
     }
 
+    @Test("a frame that stops arriving is cut at its deadline, not at the socket's longer receive timeout")
+    func frameDeadlineOutrunsTheReceiveTimeout() throws {
+        var fds: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0 else { throw POSIXError(.EIO) }
+        defer {
+            close(fds[0])
+            close(fds[1])
+        }
+        // The reader's receive timeout stands for the agent's idle limit.
+        SocketIO.setTimeouts(fds[0], receive: 2, send: 2)
+        // Half a header, then the sender goes quiet.
+        _ = [UInt8](arrayLiteral: 0x00, 0x00).withUnsafeBytes { send(fds[1], $0.baseAddress, $0.count, 0) }
+        let start = SocketIO.monotonicNow()
+        let read = SocketIO.readFrame(fds[0], frameSeconds: 0.3)
+        let elapsed = SocketIO.monotonicNow() - start
+        guard case .failed(let e) = read else {
+            Issue.record("the frame was not cut: \(read)")
+            return
+        }
+        #expect(e == EAGAIN)
+        #expect(elapsed >= 0.25 && elapsed < 1.5, "cut after \(elapsed) s")
+
+        // The same in the payload: a whole header, part of the payload.
+        _ = [UInt8](arrayLiteral: 0x00, 0x00, 0x00, 0x08, 0x01, 0x02).withUnsafeBytes {
+            send(fds[1], $0.baseAddress, $0.count, 0)
+        }
+        let payloadStart = SocketIO.monotonicNow()
+        let payloadRead = SocketIO.readFrame(fds[0], frameSeconds: 0.3)
+        let payloadElapsed = SocketIO.monotonicNow() - payloadStart
+        guard case .failed(EAGAIN) = payloadRead else {
+            Issue.record("the frame was not cut: \(payloadRead)")
+            return
+        }
+        #expect(payloadElapsed >= 0.25 && payloadElapsed < 1.5, "cut after \(payloadElapsed) s")
+    }
+
     @Test("a request the agent never read is sent again; one it may have acted on only if repeating is harmless")
     func repeatsOnlyWhatIsSafe() throws {
         let unlock = WireFormat.Opcode.unlock.rawValue
