@@ -52,7 +52,7 @@ public final class AgentClient: KeyService {
 
     /// Creates the device (it ends unlocked).
     public func initialize(passcode: SecretBytes?, options: Device.Options) throws {
-        guard WireFormat.isEncodable(options) else { throw AgentError.invalidArgument("passcode cost out of range") }
+        try Self.checkOptions(options)
         if let passcode { try Self.checkPasscode(passcode) }
         try callEmpty(.initialize(passcode: passcode, options: options))
     }
@@ -374,6 +374,16 @@ public final class AgentClient: KeyService {
     private static func checkPasscode(_ passcode: SecretBytes) throws {
         guard passcode.count <= WireFormat.maxPasscodeBytes else {
             throw AgentError.invalidArgument("passcode longer than \(WireFormat.maxPasscodeBytes) bytes")
+        }
+    }
+
+    /// The agent refuses options a device cannot be made with as
+    /// malformed, so they are not sent.
+    private static func checkOptions(_ options: Device.Options) throws {
+        do {
+            try options.validate()
+        } catch FormatError.invalidField(let option) {
+            throw AgentError.invalidArgument("\(option) out of range")
         }
     }
 

@@ -191,17 +191,9 @@ enum WireFormat {
         }
     }
 
-    static let calibrationRange: ClosedRange<UInt32> = 1...10_000
-    static let logNRange: ClosedRange<UInt32> = 10...22
-
-    /// Whether the options can be carried (and so asked of the agent).
-    static func isEncodable(_ options: Device.Options) -> Bool {
-        switch options.passcodeCost {
-        case .calibrated(let milliseconds): return milliseconds >= 1 && milliseconds <= Int(calibrationRange.upperBound)
-        case .fixed(let logN): return logNRange.contains(UInt32(logN))
-        }
-    }
-
+    /// Decodes the options of an initialize request. Refuses, as
+    /// malformed, any option a device cannot be made with
+    /// (`Device.Options.validate()`), so that the device never sees one.
     static func readOptions(_ r: inout ByteReader) throws -> Device.Options {
         let grace = try r.readUInt32()
         let eraseAfter = try r.readUInt8()
@@ -211,15 +203,20 @@ enum WireFormat {
         let cost: PasscodeCost
         switch kind {
         case 1:
-            guard calibrationRange.contains(value) else { throw Malformed() }
             cost = .calibrated(milliseconds: Int(value))
         case 2:
-            guard logNRange.contains(value) else { throw Malformed() }
-            cost = .fixed(logN: UInt8(value))
+            guard let logN = UInt8(exactly: value) else { throw Malformed() }
+            cost = .fixed(logN: logN)
         default:
             throw Malformed()
         }
-        return Device.Options(graceSeconds: grace, eraseAfter: eraseAfter, defaultClass: defaultClass, passcodeCost: cost)
+        let options = Device.Options(graceSeconds: grace, eraseAfter: eraseAfter, defaultClass: defaultClass, passcodeCost: cost)
+        do {
+            try options.validate()
+        } catch {
+            throw Malformed()
+        }
+        return options
     }
 
     // MARK: Errors

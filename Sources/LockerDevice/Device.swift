@@ -31,6 +31,30 @@ public final class Device: @unchecked Sendable {
             self.defaultClass = defaultClass
             self.passcodeCost = passcodeCost
         }
+
+        /// The fixed passcode costs (log2 of scrypt's N, at r = 8, p = 1)
+        /// a device takes: the keybag's floor, up to the largest N whose
+        /// memory fits under `PasswordKDF.scryptMemoryLimit` (2^19 needs
+        /// 512 MiB; 2^20 needs just over 1 GiB).
+        public static let logNRange: ClosedRange<UInt8> = Keybag.PasscodeKDF.logNRange.lowerBound...19
+        /// The calibration targets a device takes, in milliseconds.
+        public static let calibrationMilliseconds: ClosedRange<Int> = 1...10_000
+
+        /// Checks every option against what a device can be made with.
+        /// Throws `FormatError.invalidField` naming the first one out of
+        /// range: `"grace"` (over `Keybag.maxGraceSeconds`), `"erase after"`
+        /// (over `Keybag.maxEraseAfter`) or `"passcode cost"` (outside
+        /// ``logNRange`` or ``calibrationMilliseconds``).
+        public func validate() throws {
+            guard graceSeconds <= Keybag.maxGraceSeconds else { throw FormatError.invalidField("grace") }
+            guard eraseAfter <= Keybag.maxEraseAfter else { throw FormatError.invalidField("erase after") }
+            switch passcodeCost {
+            case .calibrated(let milliseconds):
+                guard Self.calibrationMilliseconds.contains(milliseconds) else { throw FormatError.invalidField("passcode cost") }
+            case .fixed(let logN):
+                guard Self.logNRange.contains(logN) else { throw FormatError.invalidField("passcode cost") }
+            }
+        }
     }
 
     private struct OpenObject {
@@ -81,11 +105,15 @@ public final class Device: @unchecked Sendable {
     /// Creates a device in `directory` and leaves it unlocked. A `nil`
     /// passcode makes a device without one. Throws
     /// ``DeviceError/alreadyInitialized`` if a live device is there; a wiped
-    /// one is replaced.
+    /// one is replaced. Options out of range throw as
+    /// ``Options/validate()`` does, before anything is written.
     public static func initialize(
         at directory: DeviceDirectory, passcode: SecretBytes?, options: Options = Options(),
         clock: any DeviceClock = SystemClock()
     ) throws -> Device {
+        // The keybag would refuse them too, but only once `uid` and
+        // `effaceable` are written.
+        try options.validate()
         try directory.prepare()
         let uid = try directory.loadUID(create: true)
         let uidOnly = try DeviceKeys(uid: uid, effaceable: nil)
@@ -714,9 +742,7 @@ public final class Device: @unchecked Sendable {
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             let ratio = (Double(milliseconds) / 1000) / max(seconds, 1e-6)
             let logN = Int(probe) + max(0, Int(log2(ratio).rounded(.up)))
-            // 2^19 with r = 8 is 512 MiB, the largest that fits under
-            // PasswordKDF.scryptMemoryLimit.
-            return UInt8(min(19, max(Int(probe), logN)))
+            return UInt8(min(Int(Options.logNRange.upperBound), max(Int(probe), logN)))
         }
     }
 

@@ -50,6 +50,50 @@ struct AgentTests {
         #expect(waitUntilGone(pid))
     }
 
+    @Test("init options a device cannot take are refused on the wire and by the client, and leave the device directory as it was")
+    func initializeOutOfRange() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        let socketPath = try fixture.socketPath
+        let files = { try FileManager.default.contentsOfDirectory(atPath: fixture.device).sorted() }
+        let before = try files()
+        let refused: [(String, Device.Options)] = [
+            ("grace", Device.Options(graceSeconds: 86_401, passcodeCost: .fixed(logN: 10))),
+            ("grace", Device.Options(graceSeconds: .max, passcodeCost: .fixed(logN: 10))),
+            ("erase after", Device.Options(eraseAfter: 101, passcodeCost: .fixed(logN: 10))),
+            ("erase after", Device.Options(eraseAfter: .max, passcodeCost: .fixed(logN: 10))),
+            ("passcode cost", Device.Options(passcodeCost: .fixed(logN: 20))),
+            ("passcode cost", Device.Options(passcodeCost: .fixed(logN: 22))),
+            ("passcode cost", Device.Options(passcodeCost: .fixed(logN: 9))),
+            ("passcode cost", Device.Options(passcodeCost: .calibrated(milliseconds: 0))),
+            ("passcode cost", Device.Options(passcodeCost: .calibrated(milliseconds: 10_001))),
+        ]
+        for (option, options) in refused {
+            for passcode in [secret("1234"), nil] {
+                let payload = AgentRequest.initialize(passcode: passcode, options: options).encoded()
+                let outcome = try rawExchange(socketPath, frame(payload))
+                #expect(outcome.received.isEmpty, "\(option): the agent answered \(outcome.received)")
+                #expect(!outcome.timedOut, "\(option): the agent did not close the connection")
+                #expect(try files() == before, "\(option)")
+                #expect(throws: AgentError.invalidArgument("\(option) out of range")) {
+                    try client.initialize(passcode: passcode, options: options)
+                }
+            }
+        }
+        // A fixed cost whose u32 does not fit a log2 N at all.
+        let huge: [UInt8] = [0x03, 0x00, 0, 0, 0, 10, 0, 3, 2, 0, 0, 1, 10]
+        #expect(try rawExchange(socketPath, frame(huge)).received.isEmpty)
+        #expect(try files() == before)
+        #expect(throws: DeviceError.notInitialized) { try client.status() }
+
+        // The edges of each range are taken.
+        let edges = Device.Options(graceSeconds: 86_400, eraseAfter: 100, passcodeCost: .fixed(logN: 10))
+        try client.initialize(passcode: secret("1234"), options: edges)
+        let status = try client.status()
+        #expect(status.graceSeconds == 86_400 && status.eraseAfter == 100)
+    }
+
     @Test("lock --now evicts class A; unlock brings it back")
     func lockAndUnlock() throws {
         let fixture = try AgentFixture()

@@ -19,6 +19,10 @@ public struct Keybag: Sendable, Equatable {
             self.salt = salt
         }
 
+        /// The log2 N a keybag holds; memory limits the top further
+        /// (`PasswordKDF.scryptMemoryLimit`).
+        public static let logNRange: ClosedRange<UInt8> = 10...22
+
         public var scryptParameters: PasswordKDF.ScryptParameters {
             .init(n: 1 << UInt64(logN), r: UInt64(r), p: UInt64(p))
         }
@@ -63,6 +67,10 @@ public struct Keybag: Sendable, Equatable {
     public static let magic: [UInt8] = Array("LKKB".utf8)
     public static let version: UInt16 = 1
     public static let keyIDByteCount = 16
+    /// The longest grace period a keybag holds: a day.
+    public static let maxGraceSeconds: UInt32 = 86_400
+    /// The largest erase-after limit a keybag holds.
+    public static let maxEraseAfter: UInt8 = 100
 
     /// Identifies this device's keybag across rewrites.
     public var uuid: [UInt8]
@@ -204,12 +212,12 @@ public struct Keybag: Sendable, Equatable {
     /// rejects, a keybag that breaks one.
     public func validate() throws {
         guard uuid.count == 16 else { throw FormatError.invalidField("uuid") }
-        guard (10...22).contains(kdf.logN), (1...32).contains(kdf.r), (1...16).contains(kdf.p),
+        guard PasscodeKDF.logNRange.contains(kdf.logN), (1...32).contains(kdf.r), (1...16).contains(kdf.p),
               kdf.scryptParameters.memoryByteCount <= PasswordKDF.scryptMemoryLimit
         else { throw FormatError.invalidField("kdf parameters") }
         guard kdf.salt.count == 32 else { throw FormatError.invalidField("salt") }
-        guard graceSeconds <= 86_400 else { throw FormatError.invalidField("grace") }
-        guard eraseAfter <= 100 else { throw FormatError.invalidField("erase after") }
+        guard graceSeconds <= Self.maxGraceSeconds else { throw FormatError.invalidField("grace") }
+        guard eraseAfter <= Self.maxEraseAfter else { throw FormatError.invalidField("erase after") }
         // The top of the range is damage: `reset` counts up from here, and
         // no device resets four billion times.
         guard classKeyGeneration < UInt32.max else { throw FormatError.invalidField("class key generation") }
