@@ -116,10 +116,12 @@ let package = Package(
         // End-to-end: runs the built `locker` binary (the dependency only
         // makes SwiftPM build it first) against a real agent.
         // The damage corpus (DamageCorpus/, read from the source tree) is
-        // also run through the library, hence the library dependencies.
+        // also run through the library, hence the library dependencies;
+        // LockerAgent's requests fill the agent's limits as another
+        // program of the user could.
         .testTarget(
             name: "LockerCLITests",
-            dependencies: [.target(name: "locker"), "Locker", "LockerDevice", "LockerFormat", "LockerCrypto"],
+            dependencies: [.target(name: "locker"), "Locker", "LockerAgent", "LockerDevice", "LockerFormat", "LockerCrypto"],
             exclude: ["DamageCorpus"]
         ),
         // Crash atomicity: SIGKILLs `locker` at random points of put, rm,

@@ -156,12 +156,7 @@ final class AgentConnection: @unchecked Sendable {
     private func sendStatus() -> Bool {
         let json: [UInt8]
         do {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
-            json = Array(try encoder.encode(try core.device().status()))
-            guard !json.isEmpty, json.count <= WireFormat.maxStatusBytes else {
-                throw DeviceError.integrity("status too large")
-            }
+            json = try Self.statusDocument(try core.device().status())
         } catch {
             return send(WireFormat.encodeError(error))
         }
@@ -178,6 +173,20 @@ final class AgentConnection: @unchecked Sendable {
             offset = end
         }
         return true
+    }
+
+    /// `status` as the JSON document a status reply carries: sorted keys,
+    /// at most ``WireFormat/maxStatusBytes``.
+    static func statusDocument(_ status: DeviceStatus) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let json = Array(try encoder.encode(status))
+        // Unreachable while the open-object table and object IDs stay
+        // within their limits (a test checks the largest table).
+        guard !json.isEmpty, json.count <= WireFormat.maxStatusBytes else {
+            throw DeviceError.integrity("status too large")
+        }
+        return json
     }
 
     // MARK: Watch

@@ -10,7 +10,11 @@ enum WireFormat {
     /// The largest payload of one frame.
     static let maxPayloadBytes = 64 << 10
     /// The largest status document (split over continuation frames).
-    static let maxStatusBytes = 8 << 20
+    /// Room for the largest open-object table: `Device.maxOpenObjects`
+    /// entries whose IDs are ``maxObjectIDBytes`` of control characters,
+    /// which JSON escapes to six bytes each (`\u0001`), come to about
+    /// 4096 × (6 × 1024 + 62) bytes, 24.3 MiB.
+    static let maxStatusBytes = 32 << 20
     static let maxPasscodeBytes = 1024
     static let maxObjectIDBytes = 1024
     static let maxErrorStringBytes = 4096
@@ -258,6 +262,9 @@ enum WireFormat {
                 writeString(&w, clipped(what))
             case .rollback: w.write(UInt8(0x0A))
             case .notOpen: w.write(UInt8(0x0B))
+            case .tooManyOpenObjects(let limit):
+                w.write(UInt8(0x0E))
+                writeCount(&w, limit)
             case .wipedAfterFailedAttempts(let failed):
                 w.write(UInt8(0x0D))
                 writeCount(&w, failed)
@@ -324,6 +331,7 @@ enum WireFormat {
         case 0x0A: error = DeviceError.rollback
         case 0x0B: error = DeviceError.notOpen
         case 0x0D: error = DeviceError.wipedAfterFailedAttempts(try readCount(&r))
+        case 0x0E: error = DeviceError.tooManyOpenObjects(limit: try readCount(&r))
         case 0x0C:
             let operation = try readString(&r, maxBytes: maxErrorStringBytes)
             let path = try readString(&r, maxBytes: maxErrorStringBytes)

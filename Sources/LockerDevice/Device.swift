@@ -62,6 +62,11 @@ public final class Device: @unchecked Sendable {
         let fileKey: SecretBytes
     }
 
+    /// The most objects open at once. Each holds its file key in locked
+    /// memory (beyond the secure heap, a page of its own), and `status`
+    /// lists every one, so the table is bounded.
+    public static let maxOpenObjects = 4096
+
     public let directory: DeviceDirectory
     private let clock: any DeviceClock
     private let passcodeCost: PasscodeCost
@@ -686,26 +691,39 @@ public final class Device: @unchecked Sendable {
 
     /// Opens an object: unwraps its file key now and keeps it, so that a
     /// class B object stays readable across a lock. Class A keys are still
-    /// evicted when grace ends. Returns the file key.
+    /// evicted when grace ends. Returns the file key. An object already
+    /// open is opened again in its place; a new one beyond
+    /// ``maxOpenObjects`` throws ``DeviceError/tooManyOpenObjects(limit:)``.
     @discardableResult
     public func open(objectID: String, wrapped: WrappedFileKey) throws -> SecretBytes {
         try lock.withLock {
             expireGrace()
             let key = try unwrapLocked(wrapped)
-            openObjects[objectID] = OpenObject(protectionClass: wrapped.protectionClass, fileKey: key)
+            try keepOpen(objectID, OpenObject(protectionClass: wrapped.protectionClass, fileKey: key))
             return key
         }
     }
 
     /// Keeps the key of an object just created through an open handle, so
     /// it can be read back before close even when its class is not
-    /// readable now (class B created while locked).
+    /// readable now (class B created while locked). Counts against
+    /// ``maxOpenObjects`` as ``open(objectID:wrapped:)`` does.
     public func registerOpen(objectID: String, fileKey: SecretBytes, protectionClass: ProtectionClass) throws {
         try lock.withLock {
             expireGrace()
             guard canCreate(protectionClass) else { throw DeviceError.protectedDataUnavailable(protectionClass) }
-            openObjects[objectID] = OpenObject(protectionClass: protectionClass, fileKey: fileKey)
+            try keepOpen(objectID, OpenObject(protectionClass: protectionClass, fileKey: fileKey))
         }
+    }
+
+    /// Puts `object` in the table under `objectID`, replacing the entry
+    /// of that ID; a new ID only while fewer than ``maxOpenObjects`` are
+    /// open. Called with `lock` held.
+    private func keepOpen(_ objectID: String, _ object: OpenObject) throws {
+        guard openObjects[objectID] != nil || openObjects.count < Self.maxOpenObjects else {
+            throw DeviceError.tooManyOpenObjects(limit: Self.maxOpenObjects)
+        }
+        openObjects[objectID] = object
     }
 
     /// The file key of an open object, while its class rules allow.

@@ -35,6 +35,9 @@ public enum DeviceError: Error, Equatable, Sendable {
     case rollback
     /// The object is not open.
     case notOpen
+    /// The device already holds `limit` (``Device/maxOpenObjects``) open
+    /// objects, so it opens no other until one is closed.
+    case tooManyOpenObjects(limit: Int)
     /// A file operation failed.
     case io(IOError)
 }

@@ -192,6 +192,8 @@ enum ErrorPresenter {
             return (.integrity, "integrity failure: the keybag is older than the device record (rolled back)", nil)
         case .notOpen:
             return (.notFound, "the object is not open", "open it with 'locker open'")
+        case .tooManyOpenObjects(let limit):
+            return (.failure, "too many open objects (\(limit) are open)", "close the objects no longer needed with 'locker close PATH', then try again")
         case .io(let error):
             return (.failure, error.description, nil)
         }

@@ -304,3 +304,20 @@ final class ScriptedAgent: @unchecked Sendable {
         close(listener)
     }
 }
+
+/// Sends each payload as a frame on `fd`, `batch` at a time, reading a
+/// batch's replies before sending the next (an agent that answers into a
+/// full socket would otherwise wait for the reader), and returns the
+/// replies' payloads in order; an empty one for a reply that never came.
+func pipelined(_ fd: Int32, _ payloads: [[UInt8]], batch: Int = 64) -> [[UInt8]] {
+    var replies: [[UInt8]] = []
+    for start in stride(from: 0, to: payloads.count, by: batch) {
+        let part = payloads[start..<min(payloads.count, start + batch)]
+        sendRaw(fd, part.flatMap(frame))
+        for _ in part {
+            guard case .frame(let reply) = SocketIO.readFrame(fd) else { return replies + [[]] }
+            replies.append(reply)
+        }
+    }
+    return replies
+}

@@ -234,6 +234,66 @@ struct AgentTests {
         }
     }
 
+    /// An object ID of the longest kind whose JSON is longest: 1024 control
+    /// characters, which JSON writes as six bytes each (`\u0001`); distinct
+    /// for each `index` below 31^3.
+    static func longestEscapedID(_ index: Int) -> String {
+        let digits = [index % 31, index / 31 % 31, index / 961 % 31].map { Character(Unicode.Scalar(UInt8($0 + 1))) }
+        return String(digits) + String(repeating: "\u{1}", count: WireFormat.maxObjectIDBytes - 3)
+    }
+
+    @Test("the agent keeps at most 4096 objects open, whatever a client pipelines, and its status still fits a reply")
+    func openObjectLimit() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        let limit = Device.maxOpenObjects
+        #expect(limit == 4096)
+        let fd = try rawConnect(try fixture.socketPath)
+        defer { close(fd) }
+        let fileKey = try SecretBytes(randomCount: 32)
+        // Class D is creatable in every state but wiped, so these are what
+        // any client of the user can send, as fast as the agent reads.
+        let requests = (0...limit).map {
+            AgentRequest.registerOpen(objectID: Self.longestEscapedID($0), fileKey: fileKey, protectionClass: .none).encoded()
+        }
+        let replies = pipelined(fd, requests)
+        #expect(replies.count == limit + 1)
+        #expect(replies.prefix(limit).allSatisfy { $0 == [WireFormat.ResponseKind.ok.rawValue] })
+        // Refused with the limit, and the connection stays usable.
+        #expect(replies.last == [WireFormat.ResponseKind.error.rawValue, 0x0E, 0x00, 0x00, 0x10, 0x00], "\(replies.last ?? [])")
+        #expect(pipelined(fd, [AgentRequest.ping.encoded()]).first?.first == WireFormat.ResponseKind.ok.rawValue)
+
+        // The largest table's status is within the reply's limit.
+        let status = try client.status()
+        #expect(status.openObjects.count == limit)
+        #expect(Set(status.openObjects.map(\.id)).count == limit)
+        #expect(status.openObjects.contains { $0.id == Self.longestEscapedID(limit - 1) })
+        #expect(!status.openObjects.contains { $0.id == Self.longestEscapedID(limit) })
+        let json = try AgentConnection.statusDocument(status)
+        #expect(json.count > 6 * WireFormat.maxObjectIDBytes * limit, "the IDs were not escaped as expected")
+        #expect(json.count <= WireFormat.maxStatusBytes)
+
+        // Through the client: a new ID is refused both ways in; one already
+        // open is opened again in its place.
+        let wrapped = try client.wrap(fileKey: fileKey, for: .none)
+        #expect(throws: DeviceError.tooManyOpenObjects(limit: limit)) {
+            try client.registerOpen(objectID: "one more", fileKey: fileKey, protectionClass: .none)
+        }
+        #expect(throws: DeviceError.tooManyOpenObjects(limit: limit)) { try client.open(objectID: "one more", wrapped: wrapped) }
+        #expect(throws: DeviceError.notOpen) { try client.openFileKey(objectID: "one more") }
+        let other = try SecretBytes(randomCount: 32)
+        try client.registerOpen(objectID: Self.longestEscapedID(7), fileKey: other, protectionClass: .none)
+        #expect(try client.openFileKey(objectID: Self.longestEscapedID(7)) == other)
+        #expect(try client.open(objectID: Self.longestEscapedID(8), wrapped: wrapped) == fileKey)
+        // A close makes room for one.
+        try client.close(objectID: Self.longestEscapedID(0))
+        #expect(try client.open(objectID: "one more", wrapped: wrapped) == fileKey)
+        #expect(throws: DeviceError.tooManyOpenObjects(limit: limit)) { try client.open(objectID: "and another", wrapped: wrapped) }
+        #expect(try client.status().openObjects.count == limit)
+    }
+
     @Test("class B objects are created while locked, and read only after unlock")
     func classBWhileLocked() throws {
         let fixture = try AgentFixture()
@@ -728,6 +788,7 @@ struct AgentWireFormatTests {
         DeviceError.wrongPasscode(failedAttempts: 6, nextAttemptAt: 1_700_000_300.5),
         DeviceError.lockedOut(failedAttempts: 9, until: 1_700_003_600),
         DeviceError.noPasscode, DeviceError.integrity("keybag entry B"), DeviceError.rollback, DeviceError.notOpen,
+        DeviceError.tooManyOpenObjects(limit: 4096),
         DeviceError.io(IOError("rename", path: "/tmp/x/keybag", errno: ENOSPC)),
         CryptoError.authenticationFailure, CryptoError.internalFailure, CryptoError.invalidParameter,
         FormatError.truncated, FormatError.unsupportedVersion(7), FormatError.invalidField("grace"),

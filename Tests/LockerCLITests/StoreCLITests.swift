@@ -827,6 +827,40 @@ struct StoreCLITests {
         }
     }
 
+    /// The agent keeps at most 4096 objects open, so another program of
+    /// the user that fills its table makes `open` and `put --open` fail
+    /// with one line and a hint, and store nothing, until some are closed.
+    @Test func openBeyondTheAgentsLimitSaysSoAndOpensNothing() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let bytes = sampleBytes("limit")
+            try f.put("/a", bytes, ["--class", "B"])
+            let agent = try RawAgentConnection(f)
+            let replies = try agent.registerOpen((0..<4096).map { "filler-\($0)" })
+            #expect(replies.allSatisfy { $0 == [0x00] }, "\(replies.first { $0 != [0x00] } ?? [])")
+
+            let expected = """
+                locker: error: too many open objects (4096 are open)
+                locker: hint: close the objects no longer needed with 'locker close PATH', then try again
+
+                """
+            let open = try f.raw(["open", "/a"])
+            #expect(open.status == 1 && open.stderr == expected && open.stdout.isEmpty, "\(open)")
+            let local = try f.localFile(bytes)
+            let put = try f.raw(["put", local, "/b", "--open"])
+            #expect(put.status == 1 && put.stderr == expected, "\(put)")
+            #expect(try f.raw(["stat", "/b"]).status == 66, "a refused put --open stored its object")
+            let status = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
+            #expect(status.openObjects.count == 4096)
+            #expect(!status.openObjects.contains { !$0.id.hasPrefix("filler-") }, "an object of the store was opened")
+
+            // Once one is closed, the store's object opens.
+            #expect(try agent.close("filler-0") == [0x00])
+            let opened = try f.ok(["open", "/a"])
+            #expect(opened.stdout.contains("Opened /a (completeUnlessOpen)"), "\(opened)")
+        }
+    }
+
     /// A class B object stored while locked with `put --open` is readable
     /// until `close`, then not again until unlock; the same put without
     /// `--open` is not readable at all. `--open` with a tree is a usage

@@ -279,6 +279,7 @@ let replies: [(String, [UInt8])] = [
     ("error-wrong-passcode-no-wait", [0x01, 0x06] + u32(1) + [0]),
     ("error-locked-out", [0x01, 0x07] + u32(10) + u64((1_800_000_000.0).bitPattern)),
     ("error-integrity", [0x01, 0x09] + string("keybag")),
+    ("error-too-many-open-objects", [0x01, 0x0E] + u32(4096)),
     ("error-io", [0x01, 0x0C] + string("open") + string("/tmp/x") + u32(2)),
     ("error-crypto", [0x01, 0x20]), ("error-bad-magic", [0x01, 0x33]),
     ("error-version", [0x01, 0x34] + u16(2)), ("error-field", [0x01, 0x35] + string("name")),
