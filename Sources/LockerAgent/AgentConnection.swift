@@ -2,6 +2,8 @@ internal import Foundation
 internal import LockerCrypto
 internal import LockerDevice
 internal import LockerFormat
+internal import LockerIO
+internal import Synchronization
 #if canImport(Glibc)
 internal import Glibc
 #endif
@@ -195,35 +197,112 @@ final class AgentConnection: @unchecked Sendable {
     /// or the device shuts down. A wiped device, which has no event to
     /// come, is refused (`DeviceError.wiped`), and a wipe during the watch
     /// ends it with that error after its last event.
+    ///
+    /// The events are sent from this connection's own thread: a send
+    /// blocks for up to the send timeout when the client stops reading,
+    /// and that must hold up neither another watcher nor a thread of the
+    /// shared pool, which the task that reads the device's stream runs on.
     private func watch() {
         let stream: AsyncStream<ProtectionEvent>
         let device: Device
+        let pending: PendingEvents
         do {
             device = try core.device()
             if device.state == .wiped { throw DeviceError.wiped }
+            pending = try PendingEvents()
             stream = device.events()
         } catch {
             _ = send(WireFormat.encodeError(error))
             return
         }
         guard send([WireFormat.ResponseKind.ok.rawValue]) else { return }
-        let finished = DispatchSemaphore(value: 0)
+        // Only hands the events over: it never waits on the socket.
         let pump = Task {
-            var delivered = true
-            for await event in stream {
-                delivered = self.send([WireFormat.ResponseKind.event.rawValue, WireFormat.eventCode(event)])
-                guard delivered else { break }
-            }
-            if delivered, device.state == .wiped { _ = self.send(WireFormat.encodeError(DeviceError.wiped)) }
-            // Stream over (shutdown) or the peer is gone: wake the reader.
-            _ = shutdown(self.fd, Int32(SHUT_RDWR))
-            finished.signal()
+            for await event in stream { pending.post(event) }
+            pending.finish()
         }
-        // A watching client sends nothing more: any byte, end of stream or
-        // error ends the watch.
-        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        while poll(&pfd, 1, -1) < 0 && errno == EINTR {}
-        pump.cancel()
-        finished.wait()
+        defer { pump.cancel() }
+        var watched = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0),
+                       pollfd(fd: pending.readyFD, events: Int16(POLLIN), revents: 0)]
+        while true {
+            guard poll(&watched, 2, -1) >= 0 else {
+                if errno == EINTR { continue }
+                return
+            }
+            // A watching client sends nothing more: any byte, end of
+            // stream or error ends the watch.
+            if watched[0].revents != 0 { return }
+            let (events, finished) = pending.take()
+            for event in events {
+                guard send([WireFormat.ResponseKind.event.rawValue, WireFormat.eventCode(event)]) else { return }
+            }
+            if finished {
+                // The stream is over: a shutdown, or a wipe, which says so.
+                if device.state == .wiped { _ = send(WireFormat.encodeError(DeviceError.wiped)) }
+                return
+            }
+        }
+    }
+}
+
+/// The events a watch connection has yet to send, handed over from the
+/// task that reads the device's event stream to the connection's thread,
+/// which sends them. Bounded as the device's stream is: past
+/// ``capacity`` waiting events, the oldest is dropped.
+final class PendingEvents: @unchecked Sendable {
+    static let capacity = 64
+
+    /// The read end of a pipe that holds a byte while events, or the end
+    /// of the stream, wait to be taken.
+    let readyFD: Int32
+    private let signalFD: Int32
+    private let waiting = Mutex((events: [ProtectionEvent](), finished: false))
+
+    /// Throws ``DeviceError/io(_:)`` when no pipe can be made.
+    init() throws {
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else { throw DeviceError.io(IOError("pipe", path: "", errno: errno)) }
+        // Neither end may block: the task posting must never wait, and the
+        // thread taking reads until the pipe is empty.
+        for end in ends {
+            _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
+        }
+        (readyFD, signalFD) = (ends[0], ends[1])
+    }
+
+    deinit {
+        _ = close(readyFD)
+        _ = close(signalFD)
+    }
+
+    func post(_ event: ProtectionEvent) {
+        waiting.withLock { state in
+            if state.events.count == Self.capacity { state.events.removeFirst() }
+            state.events.append(event)
+        }
+        signal()
+    }
+
+    /// No event follows.
+    func finish() {
+        waiting.withLock { $0.finished = true }
+        signal()
+    }
+
+    /// The events waiting, in order, and whether the stream has ended.
+    func take() -> (events: [ProtectionEvent], finished: Bool) {
+        var scratch = [UInt8](repeating: 0, count: 64)
+        while scratch.withUnsafeMutableBytes({ read(readyFD, $0.baseAddress, $0.count) }) > 0 {}
+        return waiting.withLock { state in
+            defer { state.events.removeAll() }
+            return (state.events, state.finished)
+        }
+    }
+
+    /// A full pipe fails the write, and is readable already.
+    private func signal() {
+        var byte: UInt8 = 1
+        _ = write(signalFD, &byte, 1)
     }
 }

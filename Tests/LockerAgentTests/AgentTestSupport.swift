@@ -38,6 +38,14 @@ final class AgentFixture: Sendable {
         try AgentClient(devicePath: device, launcher: launcher)
     }
 
+    /// A client of an agent (started for it) whose device it has just
+    /// made with the passcode "1234" at ``fastOptions``.
+    func initializedClient() throws -> AgentClient {
+        let client = try client()
+        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        return client
+    }
+
     /// A client that never starts an agent.
     func passiveClient() throws -> AgentClient {
         try AgentClient(devicePath: device, launcher: nil)

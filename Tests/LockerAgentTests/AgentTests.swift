@@ -246,8 +246,7 @@ struct AgentTests {
     func openObjectLimit() throws {
         let fixture = try AgentFixture()
         defer { fixture.tearDown() }
-        let client = try fixture.client()
-        try client.initialize(passcode: secret("1234"), options: fastOptions)
+        let client = try fixture.initializedClient()
         let limit = Device.maxOpenObjects
         #expect(limit == 4096)
         let fd = try rawConnect(try fixture.socketPath)
@@ -755,6 +754,54 @@ struct AgentTests {
         Thread.sleep(forTimeInterval: 0.3)
         try client.reboot()
         #expect(ended.wait(timeout: .now() + 5) == .success)
+    }
+
+    /// A watcher whose client stops reading fills its socket, and the
+    /// agent's next send to it waits out the send timeout (10 s). Sent from
+    /// a task of the shared pool (one thread a core), a few of those sends
+    /// held up every other watcher.
+    @Test("watchers that stop reading hold up no other watcher")
+    func stalledWatchers() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.initializedClient()
+        let ok = frame([WireFormat.ResponseKind.ok.rawValue])
+        func subscribe() throws -> Int32 {
+            let fd = try rawConnect(try fixture.socketPath)
+            sendRaw(fd, frame(AgentRequest.watch.encoded()))
+            var reply = [UInt8](repeating: 0, count: ok.count)
+            let n = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_WAITALL)) }
+            #expect(n == ok.count && reply == ok, "watch was not answered OK")
+            return fd
+        }
+        // More than the pool has threads (on a machine of up to 13 cores),
+        // and within the agent's limit on watchers.
+        let stalled = try (0..<min(ProcessInfo.processInfo.activeProcessorCount + 2, 15)).map { _ in try subscribe() }
+        defer { for fd in stalled { close(fd) } }
+        let reader = try subscribe()
+        defer { close(reader) }
+        let arrivals = Box<[Double]>([])
+        Thread.detachNewThread {
+            while case .frame(let payload) = SocketIO.readFrame(reader), payload.first == WireFormat.ResponseKind.event.rawValue {
+                arrivals.update { $0.append(SocketIO.monotonicNow()) }
+            }
+        }
+        // Each event is two sends; a Unix socket's default send buffer
+        // (208 KiB) takes about 140 events before a send blocks.
+        for _ in 0..<150 {
+            try client.lock(immediately: true)
+            try client.unlock(passcode: secret("1234"))
+        }
+        let lastLock = SocketIO.monotonicNow()
+        try client.lock(immediately: true)
+        // Well inside the send timeout, after which a stalled send fails
+        // and frees its thread.
+        var arrived = false
+        while !arrived, SocketIO.monotonicNow() < lastLock + 5 {
+            arrived = arrivals.value.contains { $0 >= lastLock }
+            if !arrived { usleep(20_000) }
+        }
+        #expect(arrived, "the reading watcher got \(arrivals.value.count) events, none after the last lock")
     }
 
     @Test("a device path too long for sun_path gets its socket under /tmp/locker-<uid>")
