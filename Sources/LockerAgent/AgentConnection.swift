@@ -196,13 +196,20 @@ final class AgentConnection: @unchecked Sendable {
     /// Streams protection events until the client closes, sends anything,
     /// or the device shuts down. A wiped device, which has no event to
     /// come, is refused (`DeviceError.wiped`), and a wipe during the watch
-    /// ends it with that error after its last event.
+    /// ends it with that error after its last event. Beyond
+    /// ``AgentServer/maxWatchers`` at once, it is refused
+    /// (``AgentError/tooManyWatchers(limit:)``).
     ///
     /// The events are sent from this connection's own thread: a send
     /// blocks for up to the send timeout when the client stops reading,
     /// and that must hold up neither another watcher nor a thread of the
     /// shared pool, which the task that reads the device's stream runs on.
     private func watch() {
+        guard core.admitWatcher() else {
+            _ = send(WireFormat.encodeError(AgentError.tooManyWatchers(limit: AgentServer.maxWatchers)))
+            return
+        }
+        defer { core.releaseWatcher() }
         let stream: AsyncStream<ProtectionEvent>
         let device: Device
         let pending: PendingEvents

@@ -17,6 +17,9 @@ public enum AgentError: Error, Equatable, Sendable {
     /// The agent failed with an error that has no wire encoding. The string
     /// names the error's type only.
     case remote(String)
+    /// The agent already streams events to `limit` watchers, and takes no
+    /// other `watch` until one ends.
+    case tooManyWatchers(limit: Int)
 }
 
 /// The agent's answer to a request that arrived after a reboot began: the

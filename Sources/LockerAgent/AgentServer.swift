@@ -14,6 +14,10 @@ internal import Glibc
 public enum AgentServer {
     /// Concurrent connections beyond this are closed at once.
     static let maxConnections = 256
+    /// Concurrent `watch` streams; a further watch request is refused
+    /// (``AgentError/tooManyWatchers(limit:)``). Watchers stay connected,
+    /// so this keeps the other connections' room for other requests.
+    static let maxWatchers = 16
     /// Seconds a connection may stay silent, and the most a frame may take
     /// to arrive once it has begun.
     static let receiveSeconds = 10
@@ -202,6 +206,7 @@ final class AgentCore: @unchecked Sendable {
     }
     private let held = Mutex(Held())
     private let connections = Mutex(0)
+    private let watchers = Mutex(0)
     /// Serializes initialize and reboot.
     private let lifecycle = NSLock()
 
@@ -246,16 +251,34 @@ final class AgentCore: @unchecked Sendable {
         return true
     }
 
+    /// Counts a new connection, unless ``AgentServer/maxConnections`` are
+    /// open already. Each admitted one is released with ``release()``.
     func admit() -> Bool {
-        connections.withLock { count in
-            guard count < AgentServer.maxConnections else { return false }
-            count += 1
-            return true
-        }
+        Self.count(connections, upTo: AgentServer.maxConnections)
     }
 
     func release() {
         connections.withLock { $0 -= 1 }
+    }
+
+    /// Counts a new watcher, unless ``AgentServer/maxWatchers`` are
+    /// watching already. Each admitted one is released with
+    /// ``releaseWatcher()``.
+    func admitWatcher() -> Bool {
+        Self.count(watchers, upTo: AgentServer.maxWatchers)
+    }
+
+    func releaseWatcher() {
+        watchers.withLock { $0 -= 1 }
+    }
+
+    /// Adds one to `counter` if it is below `limit`.
+    private static func count(_ counter: borrowing Mutex<Int>, upTo limit: Int) -> Bool {
+        counter.withLock { count in
+            guard count < limit else { return false }
+            count += 1
+            return true
+        }
     }
 
     func tickForever() -> Never {

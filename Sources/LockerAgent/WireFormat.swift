@@ -226,8 +226,9 @@ enum WireFormat {
     // MARK: Errors
 
     /// Encodes an error a device operation threw. Device, crypto and
-    /// format errors keep their identity; anything else is reduced to its
-    /// type's name.
+    /// format errors keep their identity, and so do the agent's own
+    /// refusals (a reboot under way, too many watchers); anything else is
+    /// reduced to its type's name.
     static func encodeError(_ error: any Error) -> [UInt8] {
         var w = ByteWriter()
         w.write(ResponseKind.error.rawValue)
@@ -292,6 +293,9 @@ enum WireFormat {
             }
         case is AgentRestarting:
             w.write(UInt8(0x40))
+        case AgentError.tooManyWatchers(let limit):
+            w.write(UInt8(0x41))
+            writeCount(&w, limit)
         default:
             w.write(UInt8(0xFF))
             writeString(&w, clipped(String(describing: type(of: error)), maxBytes: 256))
@@ -347,6 +351,7 @@ enum WireFormat {
         case 0x35: error = FormatError.invalidField(try readString(&r, maxBytes: maxErrorStringBytes))
         case 0x36: error = FormatError.trailingBytes
         case 0x40: error = AgentRestarting()
+        case 0x41: error = AgentError.tooManyWatchers(limit: try readCount(&r))
         case 0xFF: error = AgentError.remote(try readString(&r, maxBytes: 256))
         default: throw Malformed()
         }

@@ -251,6 +251,8 @@ enum ErrorPresenter {
             return (.usage, why, nil)
         case .remote(let why):
             return (.failure, "the agent failed: \(why)", nil)
+        case .tooManyWatchers(let limit):
+            return (.failure, "the agent already serves \(limit) watchers", "stop one of the running 'locker watch' commands, then try again")
         }
     }
 }

@@ -156,6 +156,20 @@ func rawConnect(_ socketPath: String) throws -> Int32 {
     return fd
 }
 
+/// Connects to `socketPath` and sends a watch request. Returns the
+/// connection, whether the agent took the watch (its answer began with an
+/// OK frame, and events follow), and the answer's first bytes, as many as
+/// an OK frame has.
+func requestWatch(_ socketPath: String) throws -> (fd: Int32, accepted: Bool, answer: [UInt8]) {
+    let fd = try rawConnect(socketPath)
+    sendRaw(fd, frame(AgentRequest.watch.encoded()))
+    let ok = frame([WireFormat.ResponseKind.ok.rawValue])
+    var answer = [UInt8](repeating: 0, count: ok.count)
+    let n = answer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_WAITALL)) }
+    answer = Array(answer.prefix(max(0, n)))
+    return (fd, answer == ok, answer)
+}
+
 /// Reads until the agent closes the connection or the receive timeout.
 func readToEnd(_ fd: Int32) -> RawOutcome {
     var received: [UInt8] = []

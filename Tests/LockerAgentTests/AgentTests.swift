@@ -756,6 +756,62 @@ struct AgentTests {
         #expect(ended.wait(timeout: .now() + 5) == .success)
     }
 
+    /// Watchers stay connected, so without a limit of their own they could
+    /// take every connection the agent serves, and then no lock or reboot
+    /// would get in.
+    @Test("the agent serves at most 16 watchers; a watch beyond is refused, and other requests still get in")
+    func watcherLimit() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.initializedClient()
+        let refusal = frame(WireFormat.encodeError(AgentError.tooManyWatchers(limit: AgentServer.maxWatchers)))
+        #expect(refusal == frame([0x01, 0x41, 0x00, 0x00, 0x00, 0x10]))
+        // As many watch requests as the agent takes connections.
+        var watching: [Int32] = []
+        var refused = 0
+        defer { for fd in watching { close(fd) } }
+        for _ in 0..<AgentServer.maxConnections {
+            let (fd, accepted, answer) = try requestWatch(try fixture.socketPath)
+            if accepted {
+                watching.append(fd)
+                continue
+            }
+            // A refusal, then the end of the connection.
+            let rest = readToEnd(fd)
+            close(fd)
+            #expect(answer + rest.received == refusal && !rest.timedOut, "\(answer + rest.received)")
+            refused += 1
+        }
+        #expect(watching.count == AgentServer.maxWatchers)
+        #expect(refused == AgentServer.maxConnections - AgentServer.maxWatchers)
+        #expect(throws: AgentError.tooManyWatchers(limit: AgentServer.maxWatchers)) { try client.watch { _ in false } }
+
+        // Other requests still get in, and the watchers see the lock.
+        try client.lock(immediately: true)
+        #expect(try client.status().state == .locked)
+        let event = frame([WireFormat.ResponseKind.event.rawValue, 0x01])
+        for fd in watching {
+            var received = [UInt8](repeating: 0, count: event.count)
+            let n = received.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_WAITALL)) }
+            #expect(n == event.count && received == event)
+        }
+
+        // A watcher that leaves makes room for another.
+        close(watching.removeLast())
+        var admitted = false
+        for _ in 0..<100 where !admitted {
+            let (fd, accepted, _) = try requestWatch(try fixture.socketPath)
+            admitted = accepted
+            if accepted {
+                watching.append(fd)
+            } else {
+                close(fd)
+                usleep(20_000)
+            }
+        }
+        #expect(admitted, "no watcher was taken after one left")
+    }
+
     /// A watcher whose client stops reading fills its socket, and the
     /// agent's next send to it waits out the send timeout (10 s). Sent from
     /// a task of the shared pool (one thread a core), a few of those sends
@@ -765,18 +821,16 @@ struct AgentTests {
         let fixture = try AgentFixture()
         defer { fixture.tearDown() }
         let client = try fixture.initializedClient()
-        let ok = frame([WireFormat.ResponseKind.ok.rawValue])
         func subscribe() throws -> Int32 {
-            let fd = try rawConnect(try fixture.socketPath)
-            sendRaw(fd, frame(AgentRequest.watch.encoded()))
-            var reply = [UInt8](repeating: 0, count: ok.count)
-            let n = reply.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_WAITALL)) }
-            #expect(n == ok.count && reply == ok, "watch was not answered OK")
+            let (fd, accepted, answer) = try requestWatch(try fixture.socketPath)
+            #expect(accepted, "watch was answered \(answer)")
             return fd
         }
         // More than the pool has threads (on a machine of up to 13 cores),
         // and within the agent's limit on watchers.
-        let stalled = try (0..<min(ProcessInfo.processInfo.activeProcessorCount + 2, 15)).map { _ in try subscribe() }
+        let stalled = try (0..<min(ProcessInfo.processInfo.activeProcessorCount + 2, AgentServer.maxWatchers - 1)).map { _ in
+            try subscribe()
+        }
         defer { for fd in stalled { close(fd) } }
         let reader = try subscribe()
         defer { close(reader) }
@@ -835,7 +889,7 @@ struct AgentWireFormatTests {
         DeviceError.wrongPasscode(failedAttempts: 6, nextAttemptAt: 1_700_000_300.5),
         DeviceError.lockedOut(failedAttempts: 9, until: 1_700_003_600),
         DeviceError.noPasscode, DeviceError.integrity("keybag entry B"), DeviceError.rollback, DeviceError.notOpen,
-        DeviceError.tooManyOpenObjects(limit: 4096),
+        DeviceError.tooManyOpenObjects(limit: 4096), AgentError.tooManyWatchers(limit: 16),
         DeviceError.io(IOError("rename", path: "/tmp/x/keybag", errno: ENOSPC)),
         CryptoError.authenticationFailure, CryptoError.internalFailure, CryptoError.invalidParameter,
         FormatError.truncated, FormatError.unsupportedVersion(7), FormatError.invalidField("grace"),

@@ -669,6 +669,28 @@ struct CLITests {
         }
     }
 
+    /// The agent streams events to at most 16 watchers at once: while
+    /// another program of the user holds them all, `watch` fails at once
+    /// with one line and a hint, and other commands still get through.
+    @Test func watchBeyondTheAgentsLimitSaysSo() throws {
+        try withFixture { f in
+            try f.initialize()
+            let watchers = try (0..<16).map { _ in try RawAgentConnection(f) }
+            for watcher in watchers { #expect(try watcher.watch() == [0x00]) }
+            let r = try f.run(["watch"], timeout: 10)
+            #expect(r.status == 1, "\(r)")
+            #expect(r.stderr == """
+                locker: error: the agent already serves 16 watchers
+                locker: hint: stop one of the running 'locker watch' commands, then try again
+
+                """, "\(r)")
+            #expect(r.stdout.isEmpty, "\(r)")
+            let lock = try f.run(["lock", "--now"])
+            #expect(lock.status == 0, "\(lock)")
+            #expect(try f.status().state == "locked")
+        }
+    }
+
     // 16
     @Test func passcodesAreNeverTakenFromArgv() throws {
         try withFixture { f in

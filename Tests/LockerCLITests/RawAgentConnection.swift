@@ -51,6 +51,12 @@ final class RawAgentConnection {
         return try exchange(objectIDs.map { .registerOpen(objectID: $0, fileKey: fileKey, protectionClass: .none) })
     }
 
+    /// Asks to watch; the reply. After an OK (`[0]`), the agent sends its
+    /// events on this connection for as long as it is open.
+    func watch() throws -> [UInt8] {
+        try exchange([.watch])[0]
+    }
+
     /// Closes an object; the reply.
     func close(_ objectID: String) throws -> [UInt8] {
         try exchange([.close(objectID: objectID)])[0]

@@ -283,6 +283,7 @@ let replies: [(String, [UInt8])] = [
     ("error-io", [0x01, 0x0C] + string("open") + string("/tmp/x") + u32(2)),
     ("error-crypto", [0x01, 0x20]), ("error-bad-magic", [0x01, 0x33]),
     ("error-version", [0x01, 0x34] + u16(2)), ("error-field", [0x01, 0x35] + string("name")),
+    ("error-too-many-watchers", [0x01, 0x41] + u32(16)),
     ("error-remote", [0x01, 0xFF] + string("DecodingError")),
 ]
 for (name, payload) in replies {
