@@ -256,7 +256,7 @@ final class AgentConnection: @unchecked Sendable {
 /// task that reads the device's event stream to the connection's thread,
 /// which sends them. Bounded as the device's stream is: past
 /// ``capacity`` waiting events, the oldest is dropped.
-final class PendingEvents: @unchecked Sendable {
+final class PendingEvents: Sendable {
     static let capacity = 64
 
     /// The read end of a pipe that holds a byte while events, or the end
