@@ -144,7 +144,7 @@ extension Store {
         for cls in Set(targets.map(\.protection)) {
             let indices = targets.indices.filter { targets[$0].protection == cls }
             let keysForClass = try keys.wrap(fileKeys: indices.map { fileKeys[$0] }, for: cls)
-            guard keysForClass.count == indices.count else { throw DeviceError.integrity("wrapped key count") }
+            guard keysForClass.count == indices.count else { throw DeviceError.integrity("the agent gave the wrong number of wrapped keys") }
             for (i, key) in zip(indices, keysForClass) { wrapped[i] = key }
         }
         // The batch is written for as long as it takes with keys wrapped

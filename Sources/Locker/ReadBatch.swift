@@ -63,7 +63,7 @@ extension Store {
             // throws its own error.
             fileKeys = try headers.map { try fileKey(for: $0) }
         }
-        guard fileKeys.count == headers.count else { throw DeviceError.integrity("file key count") }
+        guard fileKeys.count == headers.count else { throw DeviceError.integrity("the agent gave the wrong number of file keys") }
         // The batch's C and D keys are used after they were unwrapped, for
         // as long as the batch takes: a reboot or a wipe meanwhile must
         // stop it, so one key of each such class is asked for again, at

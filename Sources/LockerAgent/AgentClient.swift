@@ -403,7 +403,7 @@ public final class AgentClient: KeyService {
     /// A wrapped key of the wrong shape is what the device itself calls a
     /// bad wrapped key.
     private static func checkWrapped(_ wrapped: WrappedFileKey) throws {
-        guard WireFormat.isEncodable(wrapped) else { throw DeviceError.integrity("wrapped key") }
+        guard WireFormat.isEncodable(wrapped) else { throw DeviceError.integrity("wrapped key failed authentication") }
     }
 
     private static func readWrapped(_ r: inout ByteReader, expecting cls: ProtectionClass) throws -> WrappedFileKey {

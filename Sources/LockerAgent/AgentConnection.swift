@@ -117,7 +117,7 @@ final class AgentConnection: @unchecked Sendable {
         case .classBPublicKey:
             let key = try core.device().classBPublicKey()
             guard key.keyID.count == Keybag.keyIDByteCount, key.publicKey.count == WireFormat.publicKeyBytes else {
-                throw DeviceError.integrity("class B public key")
+                throw DeviceError.integrity("class B public key failed authentication")
             }
             w.write(key.keyID)
             w.write(key.keyGeneration)
@@ -150,7 +150,7 @@ final class AgentConnection: @unchecked Sendable {
     }
 
     private func writeFileKey(_ key: SecretBytes, into w: inout ByteWriter) throws {
-        guard key.count == WireFormat.fileKeyBytes else { throw DeviceError.integrity("file key") }
+        guard key.count == WireFormat.fileKeyBytes else { throw DeviceError.integrity("file key has the wrong length") }
         WireFormat.writeSecret(&w, key, lengthPrefixed: false)
     }
 
@@ -186,7 +186,7 @@ final class AgentConnection: @unchecked Sendable {
         // Unreachable while the open-object table and object IDs stay
         // within their limits (a test checks the largest table).
         guard !json.isEmpty, json.count <= WireFormat.maxStatusBytes else {
-            throw DeviceError.integrity("status too large")
+            throw DeviceError.integrity("status reply is too large")
         }
         return json
     }

@@ -181,7 +181,7 @@ public final class Device: @unchecked Sendable {
         } catch let error as DeviceError {
             throw error
         } catch {
-            throw DeviceError.integrity("keybag")
+            throw DeviceError.integrity("keybag failed authentication")
         }
         // A keybag write lands before the record's; a crash between them
         // leaves the keybag one generation ahead, which is completed here.
@@ -189,7 +189,7 @@ public final class Device: @unchecked Sendable {
         // Generations come from authenticated files, but never trap on
         // them: one at the top of the range is damage, not a crash.
         guard record.keybagGeneration < UInt64.max, keybag.generation < UInt64.max else {
-            throw DeviceError.integrity("keybag generation")
+            throw DeviceError.integrity("keybag generation failed authentication")
         }
         if keybag.generation == record.keybagGeneration + 1 {
             record.keybagGeneration = keybag.generation
@@ -197,7 +197,7 @@ public final class Device: @unchecked Sendable {
         } else if keybag.generation < record.keybagGeneration {
             throw DeviceError.rollback
         } else if keybag.generation != record.keybagGeneration {
-            throw DeviceError.integrity("keybag generation")
+            throw DeviceError.integrity("keybag generation failed authentication")
         }
         let device = Device(directory: directory, clock: clock, passcodeCost: passcodeCost, keys: keys,
                             keybag: keybag, state: .beforeFirstUnlock)
@@ -564,7 +564,7 @@ public final class Device: @unchecked Sendable {
             try directory.writeRecord(record, macKey: keys.recordMACKey)
         }
         var next = updated
-        guard next.generation < UInt64.max else { throw DeviceError.integrity("keybag generation") }
+        guard next.generation < UInt64.max else { throw DeviceError.integrity("keybag generation failed authentication") }
         next.generation += 1
         try directory.replaceKeybag(next.sealed(with: keys.keybagSealKey!))
         keybag = next
@@ -666,7 +666,7 @@ public final class Device: @unchecked Sendable {
         let entry = keybag.entry(for: cls)
         guard constantTimeEquals(wrapped.keyID, entry.keyID), wrapped.keyGeneration == entry.keyGeneration else {
             if wrapped.keyGeneration < entry.keyGeneration { throw DeviceError.keyReset(cls) }
-            throw DeviceError.integrity("wrapped key")
+            throw DeviceError.integrity("wrapped key failed authentication")
         }
         guard let classKey = classKeys[cls] else { throw DeviceError.protectedDataUnavailable(cls) }
         do {
@@ -675,7 +675,7 @@ public final class Device: @unchecked Sendable {
             }
             return try AESKeyWrap.unwrap(wrapped.blob, kek: classKey)
         } catch {
-            throw DeviceError.integrity("wrapped key")
+            throw DeviceError.integrity("wrapped key failed authentication")
         }
     }
 
@@ -813,7 +813,7 @@ public final class Device: @unchecked Sendable {
         do {
             return try AESKeyWrap.unwrap(entry.wrappedKey, kek: kek)
         } catch {
-            throw DeviceError.integrity("keybag entry \(entry.protectionClass.letter)")
+            throw DeviceError.integrity("keybag entry \(entry.protectionClass.letter) failed authentication")
         }
     }
 }

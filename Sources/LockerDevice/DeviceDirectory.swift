@@ -62,14 +62,14 @@ public struct DeviceDirectory: Sendable {
         }
         var bytes = try read(uidPath, what: "uid")
         defer { SecretBytes.wipe(&bytes) }
-        guard bytes.count == 32 else { throw DeviceError.integrity("uid") }
+        guard bytes.count == 32 else { throw DeviceError.integrity("uid has the wrong length") }
         return SecretBytes(copying: bytes)
     }
 
     func loadEffaceable() throws -> SecretBytes {
         var bytes = try read(effaceablePath, what: "effaceable key")
         defer { SecretBytes.wipe(&bytes) }
-        guard bytes.count == 32 else { throw DeviceError.integrity("effaceable key") }
+        guard bytes.count == 32 else { throw DeviceError.integrity("effaceable key has the wrong length") }
         return SecretBytes(copying: bytes)
     }
 
@@ -106,7 +106,7 @@ public struct DeviceDirectory: Sendable {
         do {
             return try DeviceRecord.decode(bytes, macKey: macKey)
         } catch {
-            throw DeviceError.integrity("device record")
+            throw DeviceError.integrity("device record failed authentication")
         }
     }
 
@@ -147,9 +147,9 @@ public struct DeviceDirectory: Sendable {
         do {
             return try fileSystem.readFile(path, limit: 64 << 10)
         } catch let error as IOError where error.isNotFound {
-            throw what == "device record" ? DeviceError.notInitialized : DeviceError.integrity("\(what) missing")
+            throw what == "device record" ? DeviceError.notInitialized : DeviceError.integrity("\(what) is missing")
         } catch let error as IOError where error.isNotRegularFile || error.errno == EFBIG {
-            throw DeviceError.integrity(what)
+            throw DeviceError.integrity("\(what) failed authentication")
         } catch let error as IOError {
             throw DeviceError.io(error)
         }

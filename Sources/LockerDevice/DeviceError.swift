@@ -29,7 +29,9 @@ public enum DeviceError: Error, Equatable, Sendable {
     /// The device has no passcode, so there is nothing to unlock with one.
     case noPasscode
     /// Device or keybag bytes failed authentication or validation. The
-    /// string names the file or structure, never the byte.
+    /// string says what is wrong with which file or structure, as a clause
+    /// ("keybag failed authentication", "keybag is missing"), never the
+    /// byte.
     case integrity(String)
     /// The keybag is older than the device record says: a rollback.
     case rollback

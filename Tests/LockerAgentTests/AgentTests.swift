@@ -200,7 +200,7 @@ struct AgentTests {
         // A damaged wrap: the device's own integrity error, string and all.
         var damaged = wrapped
         damaged.blob[5] ^= 1
-        #expect(throws: DeviceError.integrity("wrapped key")) { try client.unwrap(damaged) }
+        #expect(throws: DeviceError.integrity("wrapped key failed authentication")) { try client.unwrap(damaged) }
         #expect(try client.metadataKey() == client.metadataKey())
     }
 

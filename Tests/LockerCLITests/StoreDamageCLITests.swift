@@ -409,6 +409,31 @@ struct StoreDamageCLITests {
         }
     }
 
+    /// Damage to the device's files is named in one clause: what is
+    /// wrong with which file.
+    @Test func deviceDamageIsNamedInOneClause() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let keybag = f.device + "/keybag"
+            let original = try fileBytes(keybag)
+            for (damage, clause) in [({ try flipBit(keybag, at: 40) }, "keybag failed authentication"),
+                                     ({ try FileManager.default.removeItem(atPath: keybag) }, "keybag is missing")] as [(() throws -> Void, String)] {
+                try f.ok(["reboot"])
+                try damage()
+                let unlock = try f.raw(["unlock", "--passcode-stdin"], stdinPath: try f.localFile(Data("1234\n".utf8)))
+                #expect(unlock.status == 65 && unlock.stderr == "locker: error: integrity failure: \(clause)\n"
+                        + "locker: hint: restore the device directory from a copy, then run 'locker reboot' to read it again\n",
+                        "\(clause): \(unlock)")
+                // As the hint says.
+                try? FileManager.default.removeItem(atPath: keybag)
+                try writeBytes(original, to: keybag)
+                try f.ok(["reboot"])
+            }
+            let restored = try f.raw(["unlock", "--passcode-stdin"], stdinPath: try f.localFile(Data("1234\n".utf8)))
+            #expect(restored.status == 0, "\(restored)")
+        }
+    }
+
     @Test func flippedBitsInTheData() throws {
         try withStoreFixture { f in
             try f.initialize()
