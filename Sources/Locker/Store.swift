@@ -1281,7 +1281,10 @@ public final class Store: @unchecked Sendable {
     func entryName(_ fileName: String, at fsPath: String, isDirectory: Bool, in directory: Directory) -> String? {
         let parentID = directory.record.directoryID
         guard fileName.hasPrefix(NameCodec.longNamePrefix) else {
-            return try? NameCodec.decode(fileName, parentID: parentID, keys: metadata)
+            // A name no path could give (one holding a "/" byte, from a
+            // store written before paths were split on bytes) is taken as
+            // not authenticating: written out by a fetch, it would be a path.
+            return (try? NameCodec.decode(fileName, parentID: parentID, keys: metadata)).flatMap { NameCodec.isValidName($0) ? $0 : nil }
         }
         var candidates: [String] = []
         if isDirectory {
@@ -1291,7 +1294,8 @@ public final class Store: @unchecked Sendable {
             candidates = [header.name]
         }
         return candidates.first {
-            (try? NameCodec.fileName(forEncoded: NameCodec.encode($0, parentID: parentID, keys: metadata))) == fileName
+            NameCodec.isValidName($0)
+                && (try? NameCodec.fileName(forEncoded: NameCodec.encode($0, parentID: parentID, keys: metadata))) == fileName
         }
     }
 

@@ -12,21 +12,27 @@ public struct StorePath: Sendable, Hashable, CustomStringConvertible {
     public init(_ text: String) throws {
         guard !text.isEmpty else { throw StoreError.invalidPath("the path is empty") }
         guard !text.utf8.contains(0) else { throw StoreError.invalidPath("the path contains a NUL byte") }
-        var body = Substring(text)
-        if body.hasPrefix("/") { body = body.dropFirst() }
-        if body.hasSuffix("/") { body = body.dropLast() }
+        // Split on the bytes, not on Characters: "/" followed by a
+        // combining mark is one Character, and would otherwise stay inside
+        // a name, to become a path when the object is fetched.
+        let slash = UInt8(ascii: "/")
+        var body = Array(text.utf8)[...]
+        if body.first == slash { body = body.dropFirst() }
+        if body.last == slash { body = body.dropLast() }
         if body.isEmpty {
             components = []
             return
         }
         var parts: [String] = []
-        for part in body.split(separator: "/", omittingEmptySubsequences: false) {
-            guard !part.isEmpty else { throw StoreError.invalidPath("'\(text)' has an empty component") }
-            guard part != "." && part != ".." else {
+        for bytes in body.split(separator: slash, omittingEmptySubsequences: false) {
+            // Whole UTF-8 sequences: "/" is never part of a longer one.
+            let part = String(decoding: bytes, as: UTF8.self)
+            guard !bytes.isEmpty else { throw StoreError.invalidPath("'\(text)' has an empty component") }
+            guard !bytes.elementsEqual(".".utf8) && !bytes.elementsEqual("..".utf8) else {
                 throw StoreError.invalidPath("'\(text)' has a '\(part)' component; paths are absolute within the store")
             }
-            guard part.utf8.count <= 1024 else { throw StoreError.invalidPath("a component of '\(text)' is longer than 1024 bytes") }
-            parts.append(String(part))
+            guard bytes.count <= 1024 else { throw StoreError.invalidPath("a component of '\(text)' is longer than 1024 bytes") }
+            parts.append(part)
         }
         components = parts
     }

@@ -155,7 +155,7 @@ extension Store {
         }
         // Beside the store's own entries, a file another program put in the
         // store directory is not the store's to read or remove, but it is
-        // named: plaintext left there must not pass for a clean store.
+        // named (as not checked): plaintext left there must not go unseen.
         for name in ((try? fs.contentsOfDirectory(path)) ?? []).sorted()
         where !Self.layoutNames.contains(name) && !Self.isLayoutTemporary(name) {
             report.notChecked.append(.init(location: name, reason: "not the store's: left as it is"))

@@ -239,7 +239,9 @@ public final class OpenDirectory: @unchecked Sendable {
     }
 
     private static func checked(_ name: String) -> String {
-        precondition(!name.isEmpty && !name.contains("/") && name != "." && name != "..", "not one name: \(name)")
+        // On the bytes: "/" and a combining mark after it are one Character.
+        precondition(!name.utf8.isEmpty && !name.utf8.contains(UInt8(ascii: "/"))
+                     && !name.utf8.elementsEqual(".".utf8) && !name.utf8.elementsEqual("..".utf8), "not one name: \(name)")
         return name
     }
 }

@@ -923,10 +923,6 @@ struct TreeCLITests {
         }
     }
 
-    /// A failed fetch removes the temporary directory it built new
-    /// directories in only if that is still what the name holds: another
-    /// directory renamed there meanwhile (a user's own, moved by another
-    /// uid who can write to DEST) is left alone, contents and all.
     /// A DEST that holds the device directory and the store (as a home
     /// directory holds both by default) takes what goes elsewhere, but an
     /// object whose path leads into either is refused before a byte is
@@ -963,6 +959,10 @@ struct TreeCLITests {
         }
     }
 
+    /// A failed fetch removes the temporary directory it built new
+    /// directories in only if that is still what the name holds: another
+    /// directory renamed there meanwhile (a user's own, moved by another
+    /// uid who can write to DEST) is left alone, contents and all.
     @Test func failedTreeFetchRemovesOnlyWhatItMade() throws {
         try withStoreFixture { f in
             try f.initialize()

@@ -75,6 +75,17 @@ struct NameCodecTests {
         #expect(hashed > 0 && hashed < 30)
     }
 
+    @Test("a name is checked on its bytes: a slash before a combining mark is still a slash")
+    func validNames() {
+        for name in ["a", "caf\u{E9}", "\u{301}x", String(repeating: "n", count: 1024), "?q", ". ", "..."] {
+            #expect(NameCodec.isValidName(name), "\(name)")
+        }
+        for name in ["", ".", "..", "a/b", "/\u{301}x", "d/\u{301}", "a\u{0}b", String(repeating: "n", count: 1025)] {
+            #expect(!NameCodec.isValidName(name), "\(name.debugDescription)")
+        }
+        #expect("/\u{301}x".count == 2 && !"/\u{301}x".contains("/"), "the Character check this replaces would miss it")
+    }
+
     @Test("the empty name round trips")
     func emptyName() throws {
         let keys = try newMetadataKeys()

@@ -29,6 +29,25 @@ import Synchronization
         #expect(try store.list(StorePath("/a/b")).count == 7)
     }
 
+    /// A path is split on its "/" bytes: "/" before a combining mark is one
+    /// Swift Character, and splitting on Characters kept it inside a name,
+    /// which a fetch would then write out as a path (through DEST/d into
+    /// wherever that leads).
+    @Test func pathsAreSplitOnSlashBytes() throws {
+        let mark = "\u{301}x"
+        #expect(try StorePath("/d/" + mark).components.map { Array($0.utf8) } == [Array("d".utf8), Array(mark.utf8)])
+        #expect(try StorePath("/\u{301}/").components.map { Array($0.utf8) } == [Array("\u{301}".utf8)])
+        #expect(throws: StoreError.self) { try StorePath("/a//\u{301}") }
+        let root = NSTemporaryDirectory() + "lks-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
+                                           options: .init(passcodeCost: .fixed(logN: 10)))
+        let store = try Store(path: root + "/s", keys: device)
+        try store.put(StorePath("/d/" + mark), bytes: Array("x".utf8))
+        #expect(try store.list(StorePath("/")).map(\.path.name) == ["d"])
+        #expect(try store.list(StorePath("/d")).map { Array($0.path.name.utf8) } == [Array(mark.utf8)])
+    }
+
     /// An object of more chunks than a reader takes (its index would pass
     /// 64 MiB) is refused while it is written, by `put` and by a batch,
     /// and nothing of it stays: it used to be stored, and then never read
