@@ -200,8 +200,8 @@ final class AgentCore: @unchecked Sendable {
         var rebooting = false
         /// Requests admitted by ``serve(_:)`` and not yet answered.
         var inFlight = 0
-        /// Why boot failed, if it did; answered to every request but
-        /// initialize, ping and reboot.
+        /// Why the last boot failed, if it did; each device request boots
+        /// again first (``AgentCore/device()``).
         var bootError: (any Error)?
     }
     private let held = Mutex(Held())
@@ -226,13 +226,31 @@ final class AgentCore: @unchecked Sendable {
     }
 
     /// The device, or the error every device request gets without one.
+    /// After a failed boot, each request boots again, and gets that
+    /// boot's error if it fails too: a device directory restored from a
+    /// copy is read at the next request, with no reboot.
     func device() throws -> Device {
-        let (device, error, rebooting) = held.withLock { ($0.device, $0.bootError, $0.rebooting) }
+        let (device, failed, rebooting) = held.withLock { ($0.device, $0.bootError != nil, $0.rebooting) }
         if let device { return device }
         // Reached only by a request still running when the reboot stopped
         // waiting: it is answered as not performed, never "not initialized".
         if rebooting { throw AgentRestarting() }
-        throw error ?? DeviceError.notInitialized
+        guard failed else { throw DeviceError.notInitialized }
+        return try lifecycle.withLock {
+            // Another request may have booted it meanwhile.
+            if let device = held.withLock({ $0.device }) { return device }
+            do {
+                let device = try Device.boot(at: directory)
+                held.withLock {
+                    $0.device = device
+                    $0.bootError = nil
+                }
+                return device
+            } catch {
+                held.withLock { $0.bootError = error }
+                throw error
+            }
+        }
     }
 
     /// Runs `body`, which performs one request and sends its reply, unless

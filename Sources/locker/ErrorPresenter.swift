@@ -187,12 +187,7 @@ enum ErrorPresenter {
         case .noPasscode:
             return (.failure, "this device has no passcode", "'locker passwd' sets one, and keeps every object readable")
         case .integrity(let what):
-            // Damage to a device file: the agent keeps a boot's failure
-            // until a reboot reads the device directory again. (A wrapped
-            // key that fails is an object's, and gets no such hint.)
-            let ofDeviceFile = ["keybag", "device record", "uid", "effaceable key"].contains { what.hasPrefix($0 + " ") }
-            return (.integrity, "integrity failure: \(what)",
-                    ofDeviceFile ? "restore the device directory from a copy, then run 'locker reboot' to read it again" : nil)
+            return (.integrity, "integrity failure: \(what)", nil)
         case .rollback:
             return (.integrity, "integrity failure: the keybag is older than the device record (rolled back)", nil)
         case .notOpen:

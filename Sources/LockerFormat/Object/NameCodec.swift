@@ -56,14 +56,14 @@ public enum NameCodec {
         return name
     }
 
-    /// Whether `name` may name an entry: 1–1024 bytes of UTF-8, with no
+    /// Whether `name` may name an entry: 1–``maxNameLength`` bytes of UTF-8, with no
     /// "/" or NUL byte, and not "." or "..". Checked on the bytes: a "/"
     /// followed by a combining mark is one Swift `Character`, which a
     /// check of characters would let through, and such a name would be a
     /// path when a fetch writes it out.
     public static func isValidName(_ name: String) -> Bool {
         let bytes = name.utf8
-        return !bytes.isEmpty && bytes.count <= 1024 && !bytes.contains(UInt8(ascii: "/")) && !bytes.contains(0)
+        return !bytes.isEmpty && bytes.count <= maxNameLength && !bytes.contains(UInt8(ascii: "/")) && !bytes.contains(0)
             && !bytes.elementsEqual(".".utf8) && !bytes.elementsEqual("..".utf8)
     }
 }
