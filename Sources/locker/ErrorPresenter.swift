@@ -231,7 +231,7 @@ enum ErrorPresenter {
             return (.failure, "cannot make \(path) durable (it was stored, but a crash may lose it): \(reason)",
                     "storing it again once the disk's fault is mended makes sure of it")
         case .objectTooLarge(let maxLength):
-            return (.failure, "the object is too large: an object holds at most \(maxLength) bytes; nothing was stored", nil)
+            return (.failure, "the object is too large: an object holds at most \(maxLength) bytes; nothing of it was stored", nil)
         case .foreignStore:
             return (.integrity, "the store was not made with this device (or the device was wiped since)", "use the --device it was made with, or a new --store; a store whose device was wiped can only be deleted")
         }
