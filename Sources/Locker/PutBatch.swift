@@ -102,7 +102,7 @@ extension Store {
         // and the keys wrapped; stopped however this ends.
         let early = window ?? readAhead(items)
         defer { early.stop() }
-        guard !items.isEmpty else { return StagedBatch(fileSystem: fs, tree: nil, objects: []) }
+        guard !items.isEmpty else { return StagedBatch(fileSystem: fs, temporaries: temporaries, tree: nil, objects: []) }
         guard items.count <= Self.maxBatchCount else { throw StoreError.invalidPath("more than \(Self.maxBatchCount) objects in one batch") }
         guard Set(items.map(\.path)).count == items.count else { throw StoreError.invalidPath("the same path twice in one batch") }
         if let tree, tree.isFinished { throw StoreError.invalidPath("the staged tree is already published") }
@@ -161,7 +161,7 @@ extension Store {
         // cores share the objects instead. Each slot holds what its object
         // has written, for the commit or for cleaning up after a failure
         // (the batch's deinit).
-        let batch = StagedBatch(fileSystem: fs, tree: tree, objects: items.indices.map {
+        let batch = StagedBatch(fileSystem: fs, temporaries: temporaries, tree: tree, objects: items.indices.map {
             StagedBatch.Object(path: items[$0].path, parent: targets[$0].parent, fsPath: targets[$0].fsPath,
                                inPlace: targets[$0].inTree)
         })
@@ -196,9 +196,17 @@ extension Store {
                     // Until its header commits, the data file is
                     // referenced by nothing; the lock tells a verifier
                     // it is not garbage yet. (A new directory's data
-                    // files are under the lock of the tree being built.)
-                    let file = try targets[i].inTree ? DataFile.create(dataPath, fileSystem: fs)
-                        : DataFile.createLocked(dataPath, fileSystem: fs)
+                    // files are under the lock of the tree being built,
+                    // and go with its temporary directory.)
+                    let file: DataFile
+                    if targets[i].inTree {
+                        file = try tree!.creatingInside { try DataFile.create(dataPath, fileSystem: fs) }
+                    } else {
+                        let created = try temporaries.creatingTemporary({ try DataFile.createLocked(dataPath, fileSystem: fs) },
+                                                                        cleanup: removal(of: dataPath))
+                        file = created.made
+                        slots.value[i].dataToken = created.token
+                    }
                     slots.value[i].data = (dataPath, file)
                     return file
                 }, progress: nil, sync: false, recheck: recheck)
@@ -212,11 +220,15 @@ extension Store {
                 header.headerMAC = try header.computeMAC(fileKey: fileKeys[i])
                 // In a staged tree nothing reads the directory before it is
                 // published, and its publication commits every header in it.
-                let temporary = targets[i].inTree ? targets[i].fsPath
-                    : targets[i].fsPath + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+                let temporary = targets[i].inTree ? targets[i].fsPath : FileSystem.temporaryPath(beside: targets[i].fsPath)
                 let sealed = try header.sealed(with: metadata)
                 do {
-                    try fs.writeNewFile(temporary, sealed)
+                    if targets[i].inTree {
+                        try tree!.creatingInside { try fs.writeNewFile(temporary, sealed) }
+                    } else {
+                        slots.value[i].temporaryToken = try temporaries.creatingTemporary({ try fs.writeNewFile(temporary, sealed) },
+                                                                                          cleanup: removal(of: temporary)).token
+                    }
                 } catch let error as IOError where error.isNotFound && !targets[i].inTree {
                     throw Self.directoryGone(items[i].path.parent)
                 }
@@ -288,30 +300,32 @@ extension Store {
                     committed += 1
                     continue
                 }
-                // A new name: one call. Under the lock, what is there can
-                // only be what an earlier commit or command put there.
-                let renamed: Bool
-                do {
-                    renamed = try fs.renameIfAbsent(object.temporary!, to: object.fsPath)
-                } catch {
-                    if error.isNotFound, try fs.status(object.temporary!) == nil { throw Self.directoryGone(object.path.parent) }
-                    throw error
-                }
-                if renamed {
-                    committed += 1
-                    continue
-                }
-                switch try kind(of: object.fsPath) {
-                case .directory: throw StoreError.isADirectory(object.path.description)
-                case .object:
-                    // A replaced data file is removed afterwards, and any
-                    // replaced object's open entry dropped.
-                    if let old = try? readHeader(object.fsPath, name: object.path.name, in: object.parent, path: object.path) {
-                        if old.isInline { replacedInline.append(old.objectID) } else { replaced.append(old.objectID) }
+                // The rename ends the cleanups of the object's temporaries,
+                // in the same step: its data file is then referred to.
+                try temporaries.finishingTemporaries([object.temporaryToken, object.dataToken]) {
+                    // A new name: one call. Under the lock, what is there
+                    // can only be what an earlier commit or command put
+                    // there.
+                    let renamed: Bool
+                    do throws(IOError) {
+                        renamed = try fs.renameIfAbsent(object.temporary!, to: object.fsPath)
+                    } catch {
+                        if error.isNotFound, try fs.status(object.temporary!) == nil { throw Self.directoryGone(object.path.parent) }
+                        throw error
                     }
-                case .missing: break
+                    if renamed { return }
+                    switch try kind(of: object.fsPath) {
+                    case .directory: throw StoreError.isADirectory(object.path.description)
+                    case .object:
+                        // A replaced data file is removed afterwards, and
+                        // any replaced object's open entry dropped.
+                        if let old = try? readHeader(object.fsPath, name: object.path.name, in: object.parent, path: object.path) {
+                            if old.isInline { replacedInline.append(old.objectID) } else { replaced.append(old.objectID) }
+                        }
+                    case .missing: break
+                    }
+                    try fs.rename(object.temporary!, to: object.fsPath)
                 }
-                try fs.rename(object.temporary!, to: object.fsPath)
                 committed += 1
             }
             try fs.syncFileSystem(containing: dataDirectory)
@@ -351,12 +365,17 @@ public final class StagedBatch: @unchecked Sendable {
         let inPlace: Bool
         var data: (path: String, file: DataFile)?
         var temporary: String?
+        /// The tokens of the cleanups of `data` and `temporary` (see
+        /// ``TemporaryCleanups``), outside a staged tree.
+        var dataToken: Int?
+        var temporaryToken: Int?
         var header: ObjectHeader?
         /// The header file's size, as written.
         var headerSize: UInt64?
     }
 
     private let fileSystem: FileSystem
+    private let temporaries: any TemporaryCleanups
     /// The tree its in-place objects were written into.
     private let tree: StagedTree?
     var objects: [Object]
@@ -366,8 +385,9 @@ public final class StagedBatch: @unchecked Sendable {
     /// temporaries (released after deinit's cleanup, as a property).
     var staging: FileLock?
 
-    init(fileSystem: FileSystem, tree: StagedTree?, objects: [Object]) {
+    init(fileSystem: FileSystem, temporaries: any TemporaryCleanups, tree: StagedTree?, objects: [Object]) {
         self.fileSystem = fileSystem
+        self.temporaries = temporaries
         self.tree = tree
         self.objects = objects
     }
@@ -394,10 +414,12 @@ public final class StagedBatch: @unchecked Sendable {
     /// Removes what the objects from `first` on have written.
     func discard(from first: Int) {
         for object in objects.dropFirst(first) {
-            if let temporary = object.temporary { try? fileSystem.remove(temporary, syncDirectory: false) }
-            if let (path, file) = object.data {
-                file.close()
-                try? fileSystem.remove(path, syncDirectory: false)
+            temporaries.finishingTemporaries([object.temporaryToken, object.dataToken]) {
+                if let temporary = object.temporary { try? fileSystem.remove(temporary, syncDirectory: false) }
+                if let (path, file) = object.data {
+                    file.close()
+                    try? fileSystem.remove(path, syncDirectory: false)
+                }
             }
         }
     }

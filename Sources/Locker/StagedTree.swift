@@ -25,24 +25,27 @@ extension Store {
         // store lock, which a verifier takes too: a verifier never sees it
         // unlocked while this process lives.
         let container = namespaceRoot + "/.tmp-dir-" + UUID().uuidString
-        try fs.createDirectory(container, mode: 0o700)
-        let build: DirectoryBuild
-        let writeLock: FileLock
-        do {
-            writeLock = try FileLock.building(directory: container, fileSystem: fs)
-            build = try buildDirectories(paths, in: container)
-            // Data files of objects written into the subtrees wait here,
-            // under the same lock, until their subtree is published.
-            try fs.createDirectory(container + "/data", mode: 0o700)
-        } catch {
-            try? fs.removeTree(container)
-            throw error
-        }
+        // Built whole with its cleanup held off: a cleanup that ran while
+        // the directories were being made could leave some behind.
+        let ((build, writeLock), token) = try temporaries.creatingTemporary({ () throws -> (DirectoryBuild, FileLock) in
+            try fs.createDirectory(container, mode: 0o700)
+            do {
+                let writeLock = try FileLock.building(directory: container, fileSystem: fs)
+                let build = try buildDirectories(paths, in: container)
+                // Data files of objects written into the subtrees wait here,
+                // under the same lock, until their subtree is published.
+                try fs.createDirectory(container + "/data", mode: 0o700)
+                return (build, writeLock)
+            } catch {
+                try? fs.removeTree(container)
+                throw error
+            }
+        }, cleanup: removal(of: container))
         guard !build.subtrees.isEmpty else {
-            try? fs.removeTree(container)
-            return StagedTree(fileSystem: fs, build: build, container: nil, lock: nil)
+            temporaries.finishingTemporaries([token]) { try? fs.removeTree(container) }
+            return StagedTree(fileSystem: fs, temporaries: temporaries, build: build, container: nil, lock: nil)
         }
-        return StagedTree(fileSystem: fs, build: build, container: container, lock: writeLock)
+        return StagedTree(fileSystem: fs, temporaries: temporaries, build: build, container: (container, token), lock: writeLock)
     }
 
     /// Puts each new subtree of `tree` in place, with everything committed
@@ -69,48 +72,50 @@ extension Store {
         // lock.
         defer { tree.removeContainer() }
         var refused: [StoreError] = []
-        // Data files moved out of the temporary directory for a subtree not
-        // yet in place, to remove if it never gets there.
-        var moved: [String] = []
-        do {
-            try fs.syncFileSystem(containing: path)
-            let lock = try lockStore()
-            defer { withExtendedLifetime(lock) {} }
-            var parents: [StorePath: Bool] = [:]
-            for (i, subtree) in tree.subtrees.enumerated() {
-                let parentPath = subtree.path.parent
-                let parentIsSame = try parents[parentPath] ?? isStill(tree.directories[parentPath]!)
-                parents[parentPath] = parentIsSame
-                guard parentIsSame else {
-                    refused.append(.notFound(parentPath.description))
-                    continue
-                }
-                guard try fs.status(subtree.fsPath) == nil else {
-                    refused.append(.alreadyExists(subtree.path.description))
-                    continue
-                }
-                for temporary in tree.dataFiles(of: i) {
-                    // Named by object ID, as in `data/`. IDs are random: a
-                    // name in use there means damage.
-                    let final = dataDirectory + "/" + (temporary as NSString).lastPathComponent
-                    guard try fs.renameIfAbsent(temporary, to: final) else {
-                        throw StoreError.integrity(path: subtree.path.description, what: "object ID already in use")
-                    }
-                    moved.append(final)
-                }
-                guard try fs.renameIfAbsent(subtree.temporary, to: subtree.fsPath) else {
-                    for final in moved { try? fs.remove(final, syncDirectory: false) }
-                    moved.removeAll()
-                    refused.append(.alreadyExists(subtree.path.description))
-                    continue
-                }
-                moved.removeAll()
+        try fs.syncFileSystem(containing: path)
+        let lock = try lockStore()
+        defer { withExtendedLifetime(lock) {} }
+        var parents: [StorePath: Bool] = [:]
+        for (i, subtree) in tree.subtrees.enumerated() {
+            let parentPath = subtree.path.parent
+            let parentIsSame = try parents[parentPath] ?? isStill(tree.directories[parentPath]!)
+            parents[parentPath] = parentIsSame
+            guard parentIsSame else {
+                refused.append(.notFound(parentPath.description))
+                continue
             }
-            try fs.syncFileSystem(containing: namespaceRoot)
-        } catch {
-            for final in moved { try? fs.remove(final, syncDirectory: false) }
-            throw error
+            guard try fs.status(subtree.fsPath) == nil else {
+                refused.append(.alreadyExists(subtree.path.description))
+                continue
+            }
+            // The data files and the subtree go with no cleanup running
+            // in between: the temporary directory's cleanup would leave
+            // data files moved out of it for a subtree it then removed.
+            let placed = try temporaries.holdingOffCleanups { () throws -> Bool in
+                // Moved out of the temporary directory, to remove if
+                // the subtree never gets in place.
+                var moved: [String] = []
+                do {
+                    for temporary in tree.dataFiles(of: i) {
+                        // Named by object ID, as in `data/`. IDs are
+                        // random: a name in use there means damage.
+                        let final = dataDirectory + "/" + (temporary as NSString).lastPathComponent
+                        guard try fs.renameIfAbsent(temporary, to: final) else {
+                            throw StoreError.integrity(path: subtree.path.description, what: "object ID already in use")
+                        }
+                        moved.append(final)
+                    }
+                    if try fs.renameIfAbsent(subtree.temporary, to: subtree.fsPath) { return true }
+                } catch {
+                    for final in moved { try? fs.remove(final, syncDirectory: false) }
+                    throw error
+                }
+                for final in moved { try? fs.remove(final, syncDirectory: false) }
+                return false
+            }
+            if !placed { refused.append(.alreadyExists(subtree.path.description)) }
         }
+        try fs.syncFileSystem(containing: namespaceRoot)
         if let first = refused.first { throw first }
     }
 }
@@ -141,6 +146,7 @@ extension Store {
 /// place. Released unpublished, it removes them.
 public final class StagedTree: @unchecked Sendable {
     private let fileSystem: FileSystem
+    private let temporaries: any TemporaryCleanups
     /// Each directory asked for and its ancestors; a new one at the path
     /// where it is being built.
     let directories: [StorePath: Store.Directory]
@@ -148,8 +154,9 @@ public final class StagedTree: @unchecked Sendable {
     /// holds it.
     private let subtreeOf: [StorePath: Int]
     let subtrees: [(temporary: String, fsPath: String, path: StorePath)]
-    /// The temporary directory that holds the subtrees, and its lock.
-    private let container: String?
+    /// The temporary directory that holds the subtrees, with the token of
+    /// its cleanup (see ``TemporaryCleanups``), and its lock.
+    private let container: (path: String, token: Int)?
     private var lock: FileLock?
     /// Published, or given up.
     var isFinished = false
@@ -159,8 +166,10 @@ public final class StagedTree: @unchecked Sendable {
     private let dataLock = NSLock()
     private var dataFiles: [(subtree: Int, path: String)] = []
 
-    init(fileSystem: FileSystem, build: Store.DirectoryBuild, container: String?, lock: FileLock?) {
+    init(fileSystem: FileSystem, temporaries: any TemporaryCleanups, build: Store.DirectoryBuild,
+         container: (path: String, token: Int)?, lock: FileLock?) {
         self.fileSystem = fileSystem
+        self.temporaries = temporaries
         self.container = container
         self.lock = lock
         directories = build.directories
@@ -204,7 +213,7 @@ public final class StagedTree: @unchecked Sendable {
 
     /// Where the data file `name` of an object written into the tree waits
     /// until its subtree is published.
-    func dataPath(_ name: String) -> String { container! + "/data/" + name }
+    func dataPath(_ name: String) -> String { container!.path + "/data/" + name }
 
     /// Notes the data file at `path` (see ``dataPath(_:)``) of an object
     /// committed into the directory `parent`, to move on publication.
@@ -217,10 +226,19 @@ public final class StagedTree: @unchecked Sendable {
         dataLock.withLock { dataFiles.filter { $0.subtree == i }.map(\.path) }
     }
 
-    /// Removes the temporary directory with whatever is left in it, then
-    /// lets go of its lock.
+    /// Removes the temporary directory with whatever is left in it, and
+    /// its cleanup with it, then lets go of its lock.
     func removeContainer() {
-        if let container { try? fileSystem.removeTree(container) }
+        if let container {
+            temporaries.finishingTemporaries([container.token]) { try? fileSystem.removeTree(container.path) }
+        }
         lock = nil
+    }
+
+    /// Runs `create`, which creates a file inside the temporary directory,
+    /// with no cleanup running meanwhile: the directory's cleanup, run
+    /// while the file was being created, would leave both behind.
+    func creatingInside<T>(_ create: () throws -> T) throws -> T {
+        try temporaries.holdingOffCleanups(create)
     }
 }

@@ -26,14 +26,19 @@ public final class Store: @unchecked Sendable {
         /// (``ChunkLayout/maxChunkCount``), or fewer. A larger object is
         /// refused with ``StoreError/objectTooLarge(maxLength:)``.
         public var maxChunkCount: UInt64
+        /// Told of every temporary the store writes, so that a process
+        /// ending early can remove them.
+        public var temporaries: any TemporaryCleanups
 
         /// `workers` 0 means one per core.
         public init(chunkSize: UInt32 = ChunkLayout.defaultChunkSize, workers: Int = 0, fileSystem: FileSystem = .init(),
-                    maxChunkCount: UInt64 = ChunkLayout.maxChunkCount) {
+                    maxChunkCount: UInt64 = ChunkLayout.maxChunkCount,
+                    temporaries: any TemporaryCleanups = NoTemporaryCleanups()) {
             self.chunkSize = chunkSize
             self.maxChunkCount = min(maxChunkCount, ChunkLayout.maxChunkCount)
             self.workers = workers > 0 ? workers : max(1, ProcessInfo.processInfo.activeProcessorCount)
             self.fileSystem = fileSystem
+            self.temporaries = temporaries
         }
     }
 
@@ -42,6 +47,7 @@ public final class Store: @unchecked Sendable {
     let options: Options
     let metadata: MetadataKeys
     let fs: FileSystem
+    var temporaries: any TemporaryCleanups { options.temporaries }
 
     var namespaceRoot: String { path + "/ns" }
     var dataDirectory: String { path + "/data" }
@@ -673,13 +679,25 @@ public final class Store: @unchecked Sendable {
     /// without its record.
     private func createDirectoryEntry(_ fsPath: String, record: DirectoryRecord, in parent: Directory) throws {
         let temporary = parent.fsPath + "/.tmp-dir-" + UUID().uuidString
-        try fs.createDirectory(temporary, mode: 0o700)
-        do {
-            try fs.writeFileAtomically(temporary + "/.dir", record.sealed(with: metadata))
-            try fs.rename(temporary, to: fsPath)
-        } catch {
+        func removeTemporary() {
             try? fs.remove(temporary + "/.dir", syncDirectory: false)
             try? fs.removeDirectory(temporary)
+        }
+        // Made whole with its cleanup held off: a cleanup that ran while
+        // the record's temporary was being created could leave it behind.
+        let (_, token) = try temporaries.creatingTemporary({
+            try fs.createDirectory(temporary, mode: 0o700)
+            do {
+                try fs.writeFileAtomically(temporary + "/.dir", record.sealed(with: metadata))
+            } catch {
+                removeTemporary()
+                throw error
+            }
+        }, cleanup: removal(of: temporary))
+        do {
+            try temporaries.finishingTemporaries([token]) { () throws(IOError) in try fs.rename(temporary, to: fsPath) }
+        } catch {
+            temporaries.finishingTemporaries([token]) { removeTemporary() }
             throw error
         }
         try fs.syncDirectory(parent.fsPath)
@@ -1021,6 +1039,7 @@ public final class Store: @unchecked Sendable {
         let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
         let dataPath = dataPath(objectID)
         var file: DataFile?
+        var fileToken: Int?
         var header: ObjectHeader
         var replaced: ObjectHeader?
         let status: DeviceStatus
@@ -1033,8 +1052,10 @@ public final class Store: @unchecked Sendable {
             let written = try writer.write(from: source, inlineLimit: ObjectHeader.maxInlineDataLength, file: {
                 // Until the header commits, the data file is referenced by
                 // nothing; the lock tells a verifier it is not garbage yet.
-                let created = try DataFile.createLocked(dataPath, fileSystem: fs)
+                let (created, token) = try temporaries.creatingTemporary({ try DataFile.createLocked(dataPath, fileSystem: fs) },
+                                                                         cleanup: removal(of: dataPath))
                 file = created
+                fileToken = token
                 return created
             }, progress: progress, recheck: KeyRecheck { [keys, cls] in _ = try keys.wrap(fileKey: fileKey, for: cls) })
             if file != nil { try fs.syncDirectory(dataDirectory) }
@@ -1064,11 +1085,11 @@ public final class Store: @unchecked Sendable {
             case .missing: break
             }
             // The commit: if this throws, nothing has changed.
-            try fs.writeFileAtomically(fsPath, header.sealed(with: metadata), syncDirectory: false)
+            try replaceHeader(at: fsPath, with: header.sealed(with: metadata), finishing: fileToken)
         } catch {
             if let file {
                 file.close()
-                try? fs.remove(dataPath, syncDirectory: false)
+                temporaries.finishingTemporaries([fileToken]) { try? fs.remove(dataPath, syncDirectory: false) }
             }
             if keepOpen { try? keys.close(objectID: Self.hex(objectID)) }
             throw error
@@ -1086,6 +1107,42 @@ public final class Store: @unchecked Sendable {
         if let replaced, !replaced.isInline { try? fs.remove(self.dataPath(replaced.objectID)) }
         if let replaced { forgetOpen([replaced.objectID]) }
         return try objectInfo(path, header: header, headerPath: fsPath, status: status)
+    }
+
+    /// Replaces the header file at `fsPath` with `bytes`, as
+    /// ``FileSystem/writeFileAtomically(_:_:mode:syncDirectory:)`` does
+    /// without syncing the directory (a temporary beside it, locked,
+    /// written and synced, then renamed; the same system calls), its
+    /// temporary told to ``temporaries``. The rename finishes the
+    /// temporary `data` (the object's data file) too, in the same step:
+    /// the cleanup of a data file never runs once a header refers to it.
+    /// If this throws, nothing has changed at `fsPath` and the temporary
+    /// is gone.
+    func replaceHeader(at fsPath: String, with bytes: [UInt8], finishing data: Int?) throws {
+        let temporary = FileSystem.temporaryPath(beside: fsPath)
+        let (file, token) = try temporaries.creatingTemporary({ () throws -> DataFile in
+            let file = try DataFile.create(temporary, fileSystem: fs)
+            // Held until the rename is done (the descriptor closes after
+            // it): a verifier removes only temporaries no live process
+            // holds. Best effort, as for any atomic replace.
+            try? file.holdWriteLock()
+            return file
+        }, cleanup: removal(of: temporary))
+        defer { file.close() }
+        do {
+            try bytes.withUnsafeBytes { try file.write($0) }
+            try file.sync()
+            try temporaries.finishingTemporaries([token, data]) { () throws(IOError) in try fs.rename(temporary, to: fsPath) }
+        } catch {
+            temporaries.finishingTemporaries([token]) { try? fs.remove(temporary, syncDirectory: false) }
+            throw error
+        }
+    }
+
+    /// The cleanup, for ``TemporaryCleanups``, of the temporary file or
+    /// directory at `path`.
+    func removal<T>(of path: String) -> (T) -> @Sendable () -> Void {
+        { [fs] _ in { try? fs.removeTree(path) } }
     }
 
     /// The file key of an object: unwrapped now if its class allows, else,

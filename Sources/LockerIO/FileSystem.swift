@@ -48,6 +48,12 @@ public struct FileSystem: Sendable {
         return out
     }
 
+    /// A new name for a temporary that replaces `path`, beside it:
+    /// `PATH.tmp-PID-RANDOM`.
+    public static func temporaryPath(beside path: String) -> String {
+        path + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    }
+
     /// Replaces `path` with `bytes` atomically and durably, with `mode`.
     ///
     /// A throw before the rename leaves `path` as it was and removes the
@@ -58,7 +64,7 @@ public struct FileSystem: Sendable {
     /// changed.
     public func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = 0o600,
                                     syncDirectory sync: Bool = true) throws {
-        let temporary = path + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let temporary = Self.temporaryPath(beside: path)
         let fd = try open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         do {
             // Held until the rename is done (the descriptor closes after
