@@ -1,4 +1,5 @@
 import Foundation
+import Locker
 import Synchronization
 
 /// What SIGINT, SIGTERM and SIGHUP do to a running command.
@@ -17,10 +18,12 @@ import Synchronization
 /// If a taking-part command has not ended ``grace`` after the signal (it
 /// waits on something that never comes, or on a disk that does not
 /// answer), the cleanups registered with ``registerCleanup(_:)`` run (a
-/// single `get`'s temporary file, the directory a `get -r` builds) and the
-/// process ends by the signal there and then. A second signal does the
-/// same, unless the command is already unwinding (``check()`` has thrown):
-/// its own cleanup, which removes everything, is let finish.
+/// single `get`'s temporary file, the directory a `get -r` builds, and
+/// through ``cleanups`` what a store being written had under temporary
+/// names) and the process ends by the signal there and then. A second
+/// signal does the same, unless the command is already unwinding
+/// (``check()`` has thrown): its own cleanup, which removes everything, is
+/// let finish.
 ///
 /// A signal that was ignored when the process started (`nohup` ignores
 /// SIGHUP, a shell ignores SIGINT in a background job) stays ignored.
@@ -165,10 +168,7 @@ enum Interruption {
     /// ``unregisterCleanup(_:)``.
     static func creatingTemporary<T, E: Error>(_ create: () throws(E) -> T,
                                                cleanup: (T) -> @Sendable () -> Void) throws(E) -> (made: T, token: Int) {
-        try holdingOffCleanups { () throws(E) in
-            let made = try create()
-            return (made, registerCleanup(cleanup(made)))
-        }
+        try cleanups.creatingTemporary(create, cleanup: cleanup)
     }
 
     /// ``creatingTemporary(_:cleanup:)`` for a file `name` that `create`
@@ -185,15 +185,30 @@ enum Interruption {
     /// became (it would empty a directory just published). If `body`
     /// throws, the cleanup stays registered.
     static func finishingTemporary<T, E: Error>(_ token: Int?, _ body: () throws(E) -> T) throws(E) -> T {
-        try holdingOffCleanups { () throws(E) in
-            let result = try body()
-            if let token { unregisterCleanup(token) }
-            return result
-        }
+        try cleanups.finishingTemporaries([token], body)
     }
 
     static func unregisterCleanup(_ token: Int) {
         shared.withLock { _ = $0.cleanups.removeValue(forKey: token) }
+    }
+
+    /// The cleanups above as a store takes them (`Store.Options`): what
+    /// `put` writes under temporary names in the store is removed as a
+    /// fetch's temporaries are, from whichever thread wrote it.
+    static let cleanups = Cleanups()
+
+    struct Cleanups: TemporaryCleanups {
+        func holdingOffCleanups<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+            try Interruption.holdingOffCleanups(body)
+        }
+
+        func registerCleanup(_ cleanup: @escaping @Sendable () -> Void) -> Int {
+            Interruption.registerCleanup(cleanup)
+        }
+
+        func unregisterCleanup(_ token: Int) {
+            Interruption.unregisterCleanup(token)
+        }
     }
 
     /// Ends the process by `signal`: its default action restored, and the

@@ -9,10 +9,12 @@ import LockerIO
 extension GlobalOptions {
     /// The store, through this device's agent. Only commands that store
     /// something `create` a missing store directory: the others fail on
-    /// it, so that a mistyped `--store` reads as one.
+    /// it, so that a mistyped `--store` reads as one. What it writes under
+    /// temporary names is removed should the process end by a signal
+    /// before the store does (see ``Interruption``).
     func openStore(create: Bool = false) throws -> Store {
         try requireApart()
-        return try Store(path: storePath, keys: client(), create: create)
+        return try Store(path: storePath, keys: client(), options: .init(temporaries: Interruption.cleanups), create: create)
     }
 }
 

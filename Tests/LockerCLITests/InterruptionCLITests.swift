@@ -170,6 +170,105 @@ struct InterruptionCLITests {
         }
     }
 
+    /// `put -r` of a tree into a new store directory, interrupted at
+    /// several moments, by one Ctrl-C or by two (the second ends it at
+    /// once, unless it has begun to stop): while the new directories are
+    /// staged, and while the larger files are stored into them once they
+    /// have appeared. Each time `verify` finds nothing left over, and the
+    /// store holds either nothing of the import or the new directories
+    /// with every small file and some of the larger ones, each whole.
+    @Test func aPutOfATreeInterruptedAnywhereLeavesNoTemporaries() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let tree = f.root + "/tree"
+            var small: [String: Data] = [:]
+            var larger: [String: Data] = [:]
+            for d in ["a", "b"] {
+                try FileManager.default.createDirectory(atPath: tree + "/" + d, withIntermediateDirectories: true)
+                for i in 0..<300 { small["\(d)/f\(i)"] = sampleBytes("\(d)/\(i)", size: 1000 + i * 3) }
+            }
+            // Stored after the new directories appear: files with a data
+            // file in batches, and files over 4 MiB one at a time.
+            for i in 0..<3 { larger["b/mid\(i)"] = sampleBytes("mid\(i)", size: 100 << 10) }
+            for i in 0..<3 { larger["b/big\(i)"] = pseudoRandomBytes((5 << 20) + i, seed: 40 + UInt64(i)) }
+            for (relative, bytes) in small.merging(larger, uniquingKeysWith: { a, _ in a }) {
+                try bytes.write(to: URL(fileURLWithPath: tree + "/" + relative))
+            }
+
+            enum Moment {
+                /// Once the new directories are being built out of sight.
+                case staged
+                /// Once the larger files are being stored into them.
+                case dataFile
+                /// Once a file over 4 MiB has all its data written, before
+                /// its header is.
+                case written
+                /// This long after the start.
+                case after(useconds_t)
+            }
+            // When, and how long after the first Ctrl-C the second comes
+            // (nil: none).
+            let moments: [(Moment, useconds_t?)] = [
+                (.staged, nil), (.staged, 500), (.staged, 5_000), (.staged, 20_000),
+                (.dataFile, nil), (.dataFile, 500), (.dataFile, 5_000), (.dataFile, 20_000),
+                (.written, nil), (.written, 200), (.written, 1_000), (.written, 3_000),
+                (.after(150_000), 2_000), (.after(400_000), 10_000),
+            ]
+            for (round, (moment, pause)) in moments.enumerated() {
+                let target = "/t\(round)"
+                let before = f.dataFiles()
+                let put = try start(f, ["put", "-r", tree, target])
+                defer { put.stop() }
+                let pid = put.process.processIdentifier
+                switch moment {
+                case .staged:
+                    #expect(waitFor(seconds: 30) { !entries(f.store + "/ns", prefix: ".tmp-dir-").isEmpty }, "round \(round): nothing staged")
+                case .dataFile:
+                    #expect(waitFor(seconds: 30) { !f.dataFiles().subtracting(before).isEmpty }, "round \(round): no data file")
+                case .written:
+                    #expect(waitFor(seconds: 30) {
+                        f.dataFiles().subtracting(before).contains { fileSize(f.store + "/data/" + $0) >= 5 << 20 }
+                    }, "round \(round): no large data file")
+                case .after(let delay):
+                    usleep(delay)
+                }
+                kill(pid, SIGINT)
+                if let pause {
+                    usleep(pause)
+                    if isAlive(pid) { kill(pid, SIGINT) }
+                }
+                // 0: it had finished before the signal came.
+                let ended = put.waitForSignal(seconds: 15)
+                #expect(ended == SIGINT || ended == 0, "round \(round): \(String(describing: ended))")
+                #expect(entries(f.store + "/ns", prefix: ".tmp-dir-").isEmpty, "round \(round)")
+                let verify = try f.raw(["verify"])
+                #expect(verify.status == 0, "round \(round): \(verify.text)")
+                // Each round on its own: what one left does not fail the next.
+                if verify.status != 0 { _ = try f.raw(["verify", "--repair"]) }
+
+                // Nothing of the import, or the new directories with every
+                // small file and what was stored of the others, whole.
+                let stat = try f.raw(["stat", target])
+                if stat.status == 66 { continue }
+                #expect(stat.status == 0, "round \(round): \(stat)")
+                let out = f.root + "/out\(round)"
+                try f.ok(["get", "-r", target, out], timeout: 60)
+                let fetched = Set((FileManager.default.enumerator(atPath: out)?.allObjects as? [String] ?? []).filter {
+                    var isDirectory: ObjCBool = false
+                    return FileManager.default.fileExists(atPath: out + "/" + $0, isDirectory: &isDirectory) && !isDirectory.boolValue
+                })
+                #expect(fetched.isSuperset(of: small.keys), "round \(round): small files missing")
+                if ended == 0 { #expect(fetched.isSuperset(of: larger.keys), "round \(round): finished, files missing") }
+                for relative in fetched {
+                    let bytes = small[relative] ?? larger[relative]
+                    #expect(bytes != nil, "round \(round): \(relative) was not in the tree")
+                    #expect(FileManager.default.contents(atPath: out + "/" + relative) == bytes, "round \(round): \(relative) not whole")
+                }
+                try? FileManager.default.removeItem(atPath: out)
+            }
+        }
+    }
+
     /// A second Ctrl-C right after the first, before the fetch has begun
     /// to stop, ends `get -r` into an existing directory at once; what it
     /// had written under temporary names goes all the same: the files not
