@@ -91,7 +91,7 @@ extension Store {
             // The data files and the subtree go with no cleanup running
             // in between: the temporary directory's cleanup would leave
             // data files moved out of it for a subtree it then removed.
-            let placed = try temporaries.holdingOffCleanups { () throws -> Bool in
+            let placed = try temporaries.holdingOffCleanups(placing: [tree.containerToken]) { () throws -> Bool in
                 // Moved out of the temporary directory, to remove if
                 // the subtree never gets in place.
                 var moved: [String] = []
@@ -157,6 +157,9 @@ public final class StagedTree: @unchecked Sendable {
     /// The temporary directory that holds the subtrees, with the token of
     /// its cleanup (see ``TemporaryCleanups``), and its lock.
     private let container: (path: String, token: Int)?
+
+    /// The token of the temporary directory's cleanup, if there is one.
+    var containerToken: Int? { container?.token }
     private var lock: FileLock?
     /// Published, or given up.
     var isFinished = false

@@ -91,7 +91,7 @@ public final class Store: @unchecked Sendable {
                 try fs.createDirectory(namespaceRoot, mode: 0o700, durable: true)
                 let root = DirectoryRecord(directoryID: try SecureRandom.bytes(16), parentID: DirectoryRecord.rootParentID,
                                            name: "", defaultClass: nil, created: Self.now())
-                try fs.writeFileAtomically(namespaceRoot + "/.dir", root.sealed(with: metadata))
+                try writeAtomically(namespaceRoot + "/.dir", root.sealed(with: metadata))
             }
             withExtendedLifetime(lock) {}
         }
@@ -265,7 +265,7 @@ public final class Store: @unchecked Sendable {
                     try fs.syncDirectory(parent)
                 }
             }
-            try fs.writeFileAtomically(directory.fsPath + "/.dir", directory.settled.sealed(with: metadata))
+            try writeAtomically(directory.fsPath + "/.dir", directory.settled.sealed(with: metadata))
         } else if try moveLeftBothNames(intent) {
             try fs.remove(path + "/" + intent.source)
         }
@@ -571,7 +571,7 @@ public final class Store: @unchecked Sendable {
         if parents, let defaultClass, current.record.defaultClass != defaultClass {
             var record = current.record
             record.defaultClass = defaultClass
-            try fs.writeFileAtomically(current.fsPath + "/.dir", record.sealed(with: metadata))
+            try writeAtomically(current.fsPath + "/.dir", record.sealed(with: metadata))
         }
         return try directoryInfo(path)
     }
@@ -732,7 +732,7 @@ public final class Store: @unchecked Sendable {
             guard let current = try reread(directory) else { throw Self.directoryGone(path) }
             var record = current.record
             record.defaultClass = cls
-            try fs.writeFileAtomically(current.fsPath + "/.dir", record.sealed(with: metadata))
+            try writeAtomically(current.fsPath + "/.dir", record.sealed(with: metadata))
         }
         if let cls {
             for (itemPath, from, to) in rewrapped {
@@ -763,7 +763,7 @@ public final class Store: @unchecked Sendable {
             header.wrappedKey = try keys.rewrap(header.wrappedKey, to: cls)
         }
         header.protectionSource = source
-        try fs.writeFileAtomically(fsPath, header.sealed(with: metadata))
+        try writeAtomically(fsPath, header.sealed(with: metadata))
         // An open object that changes class is closed: the device kept its
         // key under the old class's rules.
         if previous != cls { forgetOpen([header.objectID]) }
@@ -931,9 +931,9 @@ public final class Store: @unchecked Sendable {
             // never none, and the intent tells the next change which name
             // to drop. A failure between takes the new name away again.
             let intent = MoveIntent(source: relative(sourceFsPath), target: relative(targetFsPath), objectID: header.objectID)
-            try fs.writeFileAtomically(intentPath, intent.sealed(with: metadata))
+            try writeAtomically(intentPath, intent.sealed(with: metadata))
             do {
-                try fs.writeFileAtomically(targetFsPath, header.sealed(with: metadata), syncDirectory: false)
+                try writeAtomically(targetFsPath, header.sealed(with: metadata), syncDirectory: false)
                 do {
                     try fs.syncDirectory(destinationParent.fsPath)
                     try fs.remove(sourceFsPath, syncDirectory: false)
@@ -970,7 +970,7 @@ public final class Store: @unchecked Sendable {
                 old.name = source.name
                 old.previous = nil
                 try fs.syncDirectory(sourceParent.fsPath)
-                try fs.writeFileAtomically(sourceFsPath + "/.dir", old.sealed(with: metadata))
+                try writeAtomically(sourceFsPath + "/.dir", old.sealed(with: metadata))
             }
             var moving = old
             moving.parentID = destinationParent.record.directoryID
@@ -980,14 +980,14 @@ public final class Store: @unchecked Sendable {
             moving.previous = .init(parentID: sourceParent.record.directoryID, name: source.name)
             let parents = [sourceParent.fsPath] + (destinationParent.fsPath == sourceParent.fsPath ? [] : [destinationParent.fsPath])
             let intent = MoveIntent(source: relative(sourceFsPath), target: relative(targetFsPath), objectID: old.directoryID)
-            try fs.writeFileAtomically(intentPath, intent.sealed(with: metadata))
+            try writeAtomically(intentPath, intent.sealed(with: metadata))
             do {
-                try fs.writeFileAtomically(sourceFsPath + "/.dir", moving.sealed(with: metadata))
+                try writeAtomically(sourceFsPath + "/.dir", moving.sealed(with: metadata))
                 try fs.rename(sourceFsPath, to: targetFsPath)
                 for parent in parents { try fs.syncDirectory(parent) }
                 var moved = moving
                 moved.previous = nil
-                try fs.writeFileAtomically(targetFsPath + "/.dir", moved.sealed(with: metadata))
+                try writeAtomically(targetFsPath + "/.dir", moved.sealed(with: metadata))
             } catch {
                 // Back to one place: the old one if the rename failed.
                 try? settleInterruptedMove()
@@ -1085,7 +1085,7 @@ public final class Store: @unchecked Sendable {
             case .missing: break
             }
             // The commit: if this throws, nothing has changed.
-            try replaceHeader(at: fsPath, with: header.sealed(with: metadata), finishing: fileToken)
+            try writeAtomically(fsPath, header.sealed(with: metadata), finishing: fileToken, syncDirectory: false)
         } catch {
             if let file {
                 file.close()
@@ -1109,16 +1109,20 @@ public final class Store: @unchecked Sendable {
         return try objectInfo(path, header: header, headerPath: fsPath, status: status)
     }
 
-    /// Replaces the header file at `fsPath` with `bytes`, as
-    /// ``FileSystem/writeFileAtomically(_:_:mode:syncDirectory:)`` does
-    /// without syncing the directory (a temporary beside it, locked,
-    /// written and synced, then renamed; the same system calls), its
+    /// Replaces the file at `fsPath` (a header, a directory record, the
+    /// move intent) with `bytes`, as
+    /// ``FileSystem/writeFileAtomically(_:_:mode:syncDirectory:)`` does (a
+    /// temporary beside it, locked, written and synced, renamed, and the
+    /// directory synced if `syncDirectory`; the same system calls), its
     /// temporary told to ``temporaries``. The rename finishes the
-    /// temporary `data` (the object's data file) too, in the same step:
+    /// temporary `data` (an object's data file) too, in the same step:
     /// the cleanup of a data file never runs once a header refers to it.
-    /// If this throws, nothing has changed at `fsPath` and the temporary
-    /// is gone.
-    func replaceHeader(at fsPath: String, with bytes: [UInt8], finishing data: Int?) throws {
+    /// If this throws before the rename, nothing has changed at `fsPath`
+    /// and the temporary is gone.
+    ///
+    /// Not for a file inside a temporary directory being created: its
+    /// hold on the cleanups is already taken.
+    func writeAtomically(_ fsPath: String, _ bytes: [UInt8], finishing data: Int? = nil, syncDirectory: Bool = true) throws {
         let temporary = FileSystem.temporaryPath(beside: fsPath)
         let (file, token) = try temporaries.creatingTemporary({ () throws -> DataFile in
             let file = try DataFile.create(temporary, fileSystem: fs)
@@ -1137,6 +1141,7 @@ public final class Store: @unchecked Sendable {
             temporaries.finishingTemporaries([token]) { try? fs.remove(temporary, syncDirectory: false) }
             throw error
         }
+        if syncDirectory { try fs.syncDirectory((fsPath as NSString).deletingLastPathComponent) }
     }
 
     /// The cleanup, for ``TemporaryCleanups``, of the temporary file or

@@ -10,7 +10,10 @@
 /// step, and puts it in place (or removes it) and unregisters the cleanup
 /// as one step, each inside ``holdingOffCleanups(_:)``: a cleanup never
 /// runs between the two halves, so it never removes what has become part
-/// of the store, and nothing the store creates escapes it.
+/// of the store, and nothing the store creates escapes it. A process
+/// that cannot wait for a step to end (its disk does not answer) skips
+/// the cleanups of what that step is putting in place
+/// (``markPlacing(_:_:)``): it may leave garbage, never remove data.
 public protocol TemporaryCleanups: Sendable {
     /// Runs `body` with no cleanup running meanwhile: either the cleanups
     /// have run (the process is ending, and this may wait for ever) or
@@ -25,6 +28,15 @@ public protocol TemporaryCleanups: Sendable {
     func registerCleanup(_ cleanup: @escaping @Sendable () -> Void) -> Int
 
     func unregisterCleanup(_ token: Int)
+
+    /// Marks the temporaries registered as `tokens` as being put in place
+    /// (`placing` true), or no longer (false). A process that ends
+    /// without waiting for the store to finish a step (a thread stuck on
+    /// a disk that does not answer) leaves a marked temporary where it is
+    /// rather than run its cleanup, which could remove what the temporary
+    /// has just become: an object's data, a published directory. Leaving
+    /// it costs garbage that `verify --repair` removes.
+    func markPlacing(_ tokens: [Int], _ placing: Bool)
 }
 
 extension TemporaryCleanups {
@@ -40,6 +52,17 @@ extension TemporaryCleanups {
         }
     }
 
+    /// ``holdingOffCleanups(_:)`` for a `body` that puts the temporaries
+    /// registered as `tokens` in place, or moves things out of them: they
+    /// are marked as being placed (``markPlacing(_:_:)``) from before
+    /// the hold until after it.
+    public func holdingOffCleanups<T, E: Error>(placing tokens: [Int?], _ body: () throws(E) -> T) throws(E) -> T {
+        let marked = tokens.compactMap { $0 }
+        markPlacing(marked, true)
+        defer { markPlacing(marked, false) }
+        return try holdingOffCleanups(body)
+    }
+
     /// Runs `body`, which puts the temporaries registered as `tokens` in
     /// their place, or removes them, and if it returns, unregisters their
     /// cleanups, as one step: a cleanup never runs once its temporary is
@@ -47,7 +70,7 @@ extension TemporaryCleanups {
     /// committed, or empty a directory just published). If `body` throws,
     /// the cleanups stay registered.
     public func finishingTemporaries<T, E: Error>(_ tokens: [Int?], _ body: () throws(E) -> T) throws(E) -> T {
-        try holdingOffCleanups { () throws(E) in
+        try holdingOffCleanups(placing: tokens) { () throws(E) in
             let result = try body()
             for case let token? in tokens { unregisterCleanup(token) }
             return result
@@ -65,4 +88,6 @@ public struct NoTemporaryCleanups: TemporaryCleanups {
     public func registerCleanup(_ cleanup: @escaping @Sendable () -> Void) -> Int { 0 }
 
     public func unregisterCleanup(_ token: Int) {}
+
+    public func markPlacing(_ tokens: [Int], _ placing: Bool) {}
 }

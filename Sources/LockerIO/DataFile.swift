@@ -41,10 +41,18 @@ public final class DataFile {
     public static func createLocked(_ path: String, fileSystem: FileSystem) throws -> DataFile {
         for _ in 0..<3 {
             let file = try create(path, fileSystem: fileSystem)
-            try file.holdWriteLock()
-            let opened = try fileSystem.status(of: file.fd, path: path)
-            if let there = try fileSystem.status(path), there.device == opened.device, there.inode == opened.inode {
-                return file
+            do {
+                try file.holdWriteLock()
+                let opened = try fileSystem.status(of: file.fd, path: path)
+                if let there = try fileSystem.status(path), there.device == opened.device, there.inode == opened.inode {
+                    return file
+                }
+            } catch {
+                // Ours, by its random name, unless a verifier took it:
+                // then there is nothing to remove.
+                file.close()
+                try? fileSystem.remove(path, syncDirectory: false)
+                throw error
             }
             file.close()
         }

@@ -76,6 +76,9 @@ enum Interruption {
         /// token.
         var cleanups: [Int: @Sendable () -> Void] = [:]
         var nextToken = 0
+        /// Tokens whose temporaries a command is putting in place
+        /// (``markPlacing(_:_:)``).
+        var placing: Set<Int> = []
         /// Commands taking part that are running (0 or 1 in practice).
         var cooperating = 0
     }
@@ -192,6 +195,18 @@ enum Interruption {
         shared.withLock { _ = $0.cleanups.removeValue(forKey: token) }
     }
 
+    /// Marks the temporaries registered as `tokens` as being put in place
+    /// (`placing` true), or no longer: should the process have to end
+    /// without waiting for the command (see ``endNow()``), their cleanups
+    /// do not run, for they could remove what the temporaries have just
+    /// become.
+    static func markPlacing(_ tokens: [Int], _ placing: Bool) {
+        guard !tokens.isEmpty else { return }
+        shared.withLock { state in
+            if placing { state.placing.formUnion(tokens) } else { state.placing.subtract(tokens) }
+        }
+    }
+
     /// The cleanups above as a store takes them (`Store.Options`): what
     /// `put` writes under temporary names in the store is removed as a
     /// fetch's temporaries are, from whichever thread wrote it.
@@ -208,6 +223,10 @@ enum Interruption {
 
         func unregisterCleanup(_ token: Int) {
             Interruption.unregisterCleanup(token)
+        }
+
+        func markPlacing(_ tokens: [Int], _ placing: Bool) {
+            Interruption.markPlacing(tokens, placing)
         }
     }
 
@@ -255,16 +274,18 @@ enum Interruption {
         // timer or a later signal, waits below until it has.) A share
         // held by a thread stuck on a disk that does not answer must not
         // keep the process from ending: after 2 seconds the cleanups run
-        // all the same.
+        // all the same, but for those of temporaries being put in place,
+        // which such a thread may have just renamed (an object's data
+        // file, a published directory). Those are left, as garbage.
         var deadline = timespec()
         clock_gettime(CLOCK_REALTIME, &deadline)
         deadline.tv_sec += 2
-        _ = pthread_rwlock_timedwrlock(ending, &deadline)
+        let waited = pthread_rwlock_timedwrlock(ending, &deadline) == 0
         let signal = received.load(ordering: .acquiring)
         // The lock is kept: no command registers or renames a temporary
         // from here on.
         shared.withLock { state -> Never in
-            for cleanup in state.cleanups.values { cleanup() }
+            for (token, cleanup) in state.cleanups where waited || !state.placing.contains(token) { cleanup() }
             end(by: signal)
         }
     }

@@ -364,13 +364,13 @@ import Synchronization
     }
 
     /// A store on a fresh device, removed at the end of `body`.
-    static func withStore(temporaries: any TemporaryCleanups = NoTemporaryCleanups(),
+    static func withStore(temporaries: any TemporaryCleanups = NoTemporaryCleanups(), fileSystem: FileSystem = .init(),
                           _ body: (Store, String) throws -> Void) throws {
         let root = NSTemporaryDirectory() + "lks-" + UUID().uuidString.prefix(8)
         defer { try? FileManager.default.removeItem(atPath: root) }
         let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
                                            options: .init(passcodeCost: .fixed(logN: 10)))
-        let options = Store.Options(chunkSize: 16 << 10, workers: 2, temporaries: temporaries)
+        let options = Store.Options(chunkSize: 16 << 10, workers: 2, fileSystem: fileSystem, temporaries: temporaries)
         try body(try Store(path: root + "/s", keys: device, options: options), root + "/s")
     }
 

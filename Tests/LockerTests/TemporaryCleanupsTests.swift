@@ -1,5 +1,7 @@
 import Foundation
 import Locker
+import LockerFormat
+import LockerIO
 import Testing
 
 /// What a store tells its ``TemporaryCleanups`` of the temporaries it
@@ -15,9 +17,18 @@ import Testing
     final class Recorder: TemporaryCleanups, @unchecked Sendable {
         private let lock = NSLock()
         private var cleanups: [Int: @Sendable () -> Void] = [:]
+        private var placing: Set<Int> = []
         private var next = 0
 
-        func holdingOffCleanups<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T { try body() }
+        /// Holds under way (cleanups run only when told, so a hold holds
+        /// nothing off; it is counted).
+        private var holds = 0
+
+        func holdingOffCleanups<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+            lock.withLock { holds += 1 }
+            defer { lock.withLock { holds -= 1 } }
+            return try body()
+        }
 
         func registerCleanup(_ cleanup: @escaping @Sendable () -> Void) -> Int {
             lock.withLock {
@@ -31,11 +42,45 @@ import Testing
             lock.withLock { _ = cleanups.removeValue(forKey: token) }
         }
 
+        func markPlacing(_ tokens: [Int], _ placing: Bool) {
+            lock.withLock { if placing { self.placing.formUnion(tokens) } else { self.placing.subtract(tokens) } }
+        }
+
         var registered: Int { lock.withLock { cleanups.count } }
 
         /// What a process ending now would do.
         func runAll() {
             for cleanup in lock.withLock({ Array(cleanups.values) }) { cleanup() }
+        }
+
+        /// What a process ending now without waiting for the store (a
+        /// thread of it stuck on the disk) would do: every cleanup but
+        /// those of temporaries being put in place. Returns how many ran.
+        func runAllButPlacing() {
+            for cleanup in lock.withLock({ cleanups.filter { !placing.contains($0.key) }.map(\.value) }) { cleanup() }
+        }
+
+        /// While armed, every successful rename is followed by
+        /// ``runAllButPlacing()``, counted in `endsAfterRename`.
+        var isArmed: Bool {
+            get { lock.withLock { armed } }
+            set { lock.withLock { armed = newValue } }
+        }
+        private var armed = false
+        private(set) var endsAfterRename = 0
+        /// The temporaries renamed while armed outside any hold, with
+        /// none being placed: not told of.
+        private(set) var renamedUntold: [String] = []
+
+        func afterRename(_ source: String, _ result: Int32) -> Int32 {
+            guard result == 0, isArmed else { return result }
+            lock.withLock {
+                endsAfterRename += 1
+                let name = (source as NSString).lastPathComponent
+                if name.contains(".tmp-"), holds == 0, placing.isEmpty { renamedUntold.append(name) }
+            }
+            runAllButPlacing()
+            return result
         }
     }
 
@@ -108,6 +153,54 @@ import Testing
             #expect(dataFiles(root) == before)
             #expect(S.temporaries(under: root).isEmpty)
             #expect(try store.verify().isClean)
+        }
+    }
+
+    /// A process that cannot wait for the store (a thread of it stuck on
+    /// the disk) and ends just after a rename has put temporaries in
+    /// place, before their cleanups are unregistered, leaves them: a put's
+    /// header and data file, a batch's, and the data files and subtree a
+    /// publication moves out of a staged tree. Each object reads back
+    /// whole and the store verifies clean.
+    @Test func anEndThatCannotWaitLeavesWhatIsBeingPutInPlace() throws {
+        let recorder = Recorder()
+        var syscalls = Syscalls.system
+        let rename = syscalls.rename, renameNoReplace = syscalls.renameNoReplace
+        syscalls.rename = { recorder.afterRename($0, rename($0, $1)) }
+        syscalls.renameNoReplace = { recorder.afterRename($0, renameNoReplace($0, $1)) }
+        try S.withStore(temporaries: recorder, fileSystem: FileSystem(syscalls: syscalls)) { store, _ in
+            func armed(_ body: () throws -> Void) rethrows {
+                recorder.isArmed = true
+                defer { recorder.isArmed = false }
+                try body()
+            }
+            func content(_ path: String) throws -> [UInt8] {
+                var out: [UInt8] = []
+                try store.read(StorePath(path)) { out.append(contentsOf: $0) }
+                return out
+            }
+            let one = S.noise(200_000), two = S.noise(150_000), three = S.noise(120_000)
+            try armed { try store.put(try StorePath("/p/one"), bytes: one) }
+            try armed { try store.putBatch([try S.item("/p/two", two)]) }
+            let tree = try store.stageTree([try StorePath("/t/u")])
+            try store.commit(try store.stageBatch([try S.item("/t/u/three", three)], into: tree))
+            try armed { try store.publish(tree) }
+            #expect(recorder.endsAfterRename >= 4, "an end after each rename")
+            // Headers and directory records written in place of others.
+            try armed {
+                try store.setDefaultClass(.complete, ofDirectory: StorePath("/p"))
+                try store.setClass(StorePath("/p/one"), to: .completeUntilFirstUserAuthentication)
+                _ = try store.move(StorePath("/p/two"), to: StorePath("/t/two"))
+                _ = try store.move(StorePath("/t/u"), to: StorePath("/p/u"))
+                _ = try store.makeDirectory(StorePath("/p/u"), defaultClass: ProtectionClass.none, parents: true)
+            }
+            #expect(recorder.renamedUntold == [], "each rename puts a temporary the cleanups were told of in place")
+            #expect(recorder.endsAfterRename >= 10)
+            #expect(try content("/p/one") == one)
+            #expect(try content("/t/two") == two)
+            #expect(try content("/p/u/three") == three)
+            #expect(recorder.registered == 0)
+            #expect(try store.verify(readData: true).isClean)
         }
     }
 }
