@@ -53,14 +53,15 @@ struct Init: ParsableCommand {
     @Flag(help: "Read the passcode as one line from standard input.")
     var passcodeStdin = false
 
-    @Option(help: ArgumentHelp("Seconds class A and B keys stay after a lock (0 to 86400).", valueName: "SECONDS"))
+    // Unconditional: `--grace -1` is a value out of range, not a missing one.
+    @Option(parsing: .unconditional, help: ArgumentHelp("Seconds class A and B keys stay after a lock (0 to 86400).", valueName: "SECONDS"))
     var grace: Int = 10
 
     @Option(help: ArgumentHelp("The class new objects get when nothing else decides: \(ClassArgument.spellings) (default: completeUntilFirstUserAuthentication).", valueName: "CLASS"),
             completion: .list(ClassArgument.allValueStrings), transform: ClassArgument.parse)
     var defaultClass = ClassArgument(.completeUntilFirstUserAuthentication)
 
-    @Option(help: ArgumentHelp("Erase the device after N failed passcode attempts (1 to 100).", valueName: "N"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Erase the device after N failed passcode attempts (1 to 100).", valueName: "N"))
     var eraseAfter: Int?
 
     func validate() throws {
@@ -136,7 +137,7 @@ struct Init: ParsableCommand {
         }
         if !live, Self.holdsObjects(store: global.storePath) { throw foreignStore }
         let passcode = noPasscode ? nil : try PasscodeInput(fromStandardInput: passcodeStdin)
-            .read(prompt: "New passcode: ", confirm: true, expected: .newPasscode)
+            .read(prompt: "New passcode: ", confirm: true, expected: .initPasscode)
         try client.initialize(passcode: passcode, options: Device.Options(
             graceSeconds: UInt32(grace), eraseAfter: UInt8(eraseAfter ?? 0), defaultClass: defaultClass.value,
             passcodeCost: .calibrated(milliseconds: 100)))

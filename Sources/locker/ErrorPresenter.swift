@@ -51,6 +51,14 @@ struct CommandFailure: Error {
     }
 }
 
+/// A local directory's path as ``shown(_:)`` gives it, with a "/" after a
+/// last component "." or "..", so that a sentence's full stop after it
+/// does not read as part of it ("into ./." rather than "into ..").
+func shownDirectory(_ path: String) -> String {
+    let last = path.split(separator: "/").last
+    return shown(path) + (last == "." || last == ".." ? "/" : "")
+}
+
 /// `text` with every control character (see `isControl`) written as an
 /// escape (`\n`, `\t`, `\x1b`, `\u{9b}`): a name may hold any of them,
 /// and printed raw one would split a line of output or reach the terminal

@@ -27,6 +27,34 @@ struct Locker: ParsableCommand {
     )
 }
 
+extension Locker {
+    /// Refuses a first word that names no command, as such: the argument
+    /// parser calls it an unexpected argument. A word one or two edits
+    /// from a command's name gets that name as a hint.
+    static func checkCommandName(_ arguments: [String]) throws {
+        guard let word = arguments.first, !word.hasPrefix("-") else { return }
+        let names = configuration.subcommands.flatMap { [$0._commandName] + $0.configuration.aliases } + ["help"]
+        guard !names.contains(word) else { return }
+        let near = names.map { (name: $0, distance: editDistance($0, word)) }.min { $0.distance < $1.distance }
+        let hint = near.map { $0.distance <= 2 ? "did you mean 'locker \($0.name)'?" : nil } ?? nil
+        throw CommandFailure(.usage, "no command named '\(shown(word))'", hint: hint ?? "run 'locker help' for the list of commands")
+    }
+
+    /// The Levenshtein distance between `a` and `b`, by Character.
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        var previous = Array(0...b.count)
+        for i in 1...max(a.count, 1) where !a.isEmpty {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in stride(from: 1, through: b.count, by: 1) {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[b.count]
+    }
+}
+
 /// Options every command shares.
 struct GlobalOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("The store directory (default: $LOCKER_STORE, else $XDG_DATA_HOME/locker/store).", valueName: "DIR"))
@@ -275,7 +303,9 @@ enum Main {
         ProcessMemory.limitMallocArenas(to: 4)
         do {
             try checkArgumentsAreUTF8()
-            var command = try Locker.parseAsRoot(try GlobalOptions.movedAfterSubcommand(Array(CommandLine.arguments.dropFirst())))
+            let arguments = try GlobalOptions.movedAfterSubcommand(Array(CommandLine.arguments.dropFirst()))
+            try Locker.checkCommandName(arguments)
+            var command = try Locker.parseAsRoot(arguments)
             // Before any other thread exists. The agent takes these
             // signals itself, to wipe its keys and remove its socket.
             if !(command is AgentCommand) { Interruption.install() }

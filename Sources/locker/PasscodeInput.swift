@@ -17,19 +17,21 @@ struct PasscodeInput {
         var what = "a passcode"
         /// How stdin must look, for the hint when the line is missing.
         var lines = "pass it as one line on stdin, or run on a terminal"
-        /// A passcode being set, rather than one the device checks: only
-        /// then is "make a device without one" the way out of an empty one.
-        var isNew = false
+        /// The hint for an empty line. Only `init` can make a device
+        /// without a passcode, so only its line has one.
+        var emptyHint: String?
 
-        /// The one line of `init`, `reset`, and `passwd` on a device
-        /// without a passcode.
-        static let newPasscode = Expected(what: "the new passcode", isNew: true)
+        /// The one line of `init`.
+        static let initPasscode = Expected(what: "the new passcode", emptyHint: "use --no-passcode for a device without one")
+
+        /// The one line of `reset`, and of `passwd` on a device without a
+        /// passcode.
+        static let newPasscode = Expected(what: "the new passcode")
 
         /// `passwd`'s lines: the current passcode, then the new one.
         static func passwd(new: Bool) -> Expected {
             Expected(what: new ? "the new passcode" : "the current passcode",
-                     lines: "pass two lines on stdin, the current passcode then the new one, or run on a terminal",
-                     isNew: new)
+                     lines: "pass two lines on stdin, the current passcode then the new one, or run on a terminal")
         }
     }
 
@@ -53,7 +55,7 @@ struct PasscodeInput {
     private func nonEmpty(_ passcode: SecretBytes, _ expected: Expected) throws -> SecretBytes {
         guard passcode.count > 0 else {
             throw CommandFailure(.usage, "the passcode is empty",
-                                 hint: expected.isNew ? "use --no-passcode at init for a device without one" : nil)
+                                 hint: expected.emptyHint)
         }
         guard passcode.count <= 1024 else { throw CommandFailure(.usage, "the passcode is longer than 1024 bytes") }
         return passcode

@@ -840,9 +840,11 @@ struct Get: ParsableCommand {
         guard let range else { return nil }
         let parts = range.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
         // Digits only: `UInt64("+1")` is 1, and `+1-2` is no range a user
-        // meant.
+        // meant. More digits than a UInt64 holds are past any object's
+        // end, and reported so.
         func offset(_ text: Substring) -> UInt64? {
-            text.allSatisfy { $0.isASCII && $0.isNumber } ? UInt64(text) : nil
+            guard !text.isEmpty, text.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+            return UInt64(text) ?? .max
         }
         guard parts.count == 2, let start = offset(parts[0]) else {
             throw CommandFailure(.usage, "--range takes START-END, for example 0-1023")
@@ -883,7 +885,7 @@ struct Get: ParsableCommand {
             }
             let damaged = DamagedObjects()
             let count = try TreeFetch(store, fence: global.fence(), damaged: damaged).fetch(from: source, to: destination)
-            print("Fetched \(count) object\(count == 1 ? "" : "s") into \(shown(destination))."
+            print("Fetched \(count) object\(count == 1 ? "" : "s") into \(shownDirectory(destination))."
                   + (damaged.count > 0 ? " \(damaged.count) damaged not fetched; see the warnings." : ""))
             try damaged.fail()
             return
@@ -1563,7 +1565,13 @@ struct MakeDirectory: ParsableCommand {
             if output.json { try printJSON(ItemReport(try store.stat(target))) } else { print("\(described(existing)) already exists.") }
             return
         }
-        let info = try store.makeDirectory(target, defaultClass: self.class?.value, parents: p)
+        let info: DirectoryInfo
+        do {
+            info = try store.makeDirectory(target, defaultClass: self.class?.value, parents: p)
+        } catch StoreError.notFound(let missing) where !p && missing != target.description {
+            throw CommandFailure(.notFound, "\(shown(missing)): no such directory",
+                                 hint: "'locker mkdir -p \(shown(target.description))' makes it with its parents")
+        }
         if output.json { try printJSON(ItemReport(try store.stat(target))) } else { print("Created \(described(info)).") }
     }
 }
@@ -1723,7 +1731,11 @@ struct Close: ParsableCommand {
     func run() throws {
         let store = try global.openStore()
         let target = try storePath(path, in: store)
-        try objectsOnly { try store.close(target) }
+        do {
+            try objectsOnly { try store.close(target) }
+        } catch DeviceError.notOpen {
+            throw CommandFailure(.notFound, "\(shown(target.description)) is not open", hint: "open it with 'locker open'")
+        }
         if output.json {
             try printJSON(ItemReport(try store.stat(target)))
         } else {
@@ -1856,7 +1868,7 @@ struct Export: ParsableCommand {
                                   skipped: skipped.map { ["path": $0.path, "reason": $0.skipped ?? ""] },
                                   manifest: destination + "/manifest.json"))
         } else {
-            print("Exported \(entries.count - skipped.count) of \(entries.count) objects to \(shown(destination)).")
+            print("Exported \(entries.count - skipped.count) of \(entries.count) objects to \(shownDirectory(destination)).")
             for entry in skipped { print("  skipped \(shown(entry.path)): \(entry.skipped ?? "")") }
         }
         // Damage is not unavailability: no unlock or flag makes it readable.

@@ -364,7 +364,7 @@ struct CLITests {
         try withFixture { f in
             let emptyInit = try f.run(["init", "--passcode-stdin"], stdin: "\n")
             #expect(emptyInit.status == 64, "\(emptyInit)")
-            #expect(emptyInit.stderr == "locker: error: the passcode is empty\nlocker: hint: use --no-passcode at init for a device without one\n",
+            #expect(emptyInit.stderr == "locker: error: the passcode is empty\nlocker: hint: use --no-passcode for a device without one\n",
                     "\(emptyInit)")
             try f.initialize()
             let oneLine = try f.run(["passwd", "--passcode-stdin"], stdin: "1234\n")
@@ -373,6 +373,11 @@ struct CLITests {
                     + "locker: hint: pass two lines on stdin, the current passcode then the new one, or run on a terminal\n", "\(oneLine)")
             let none = try f.run(["passwd", "--passcode-stdin"], stdin: "")
             #expect(none.stderr.hasPrefix("locker: error: expected the current passcode on standard input\n"), "\(none)")
+            // passwd and reset cannot make a device without a passcode:
+            // no hint that they could.
+            let emptyNew = try f.run(["passwd", "--passcode-stdin"], stdin: "1234\n\n")
+            #expect(emptyNew.status == 64, "\(emptyNew)")
+            #expect(emptyNew.stderr == "locker: error: the passcode is empty\n", "\(emptyNew)")
             let emptyUnlock = try f.run(["unlock", "--passcode-stdin"], stdin: "\n")
             #expect(emptyUnlock.status == 64, "\(emptyUnlock)")
             #expect(emptyUnlock.stderr == "locker: error: the passcode is empty\n", "\(emptyUnlock)")
@@ -576,6 +581,9 @@ struct CLITests {
         (["init", "--erase-after", "0", "--passcode-stdin"], "--erase-after must be between 1 and 100"),
         (["init", "--grace", "86401"], "--grace must be between 0 and 86400 seconds"),
         (["init", "--grace", "5000000000"], "--grace must be between 0 and 86400 seconds"),
+        // A negative number is a value out of range, not a missing one.
+        (["init", "--grace", "-1"], "--grace must be between 0 and 86400 seconds"),
+        (["init", "--erase-after", "-5", "--passcode-stdin"], "--erase-after must be between 1 and 100"),
     ])
     func outOfRangeNumbersNameTheirRange(arguments: [String], message: String) throws {
         try withFixture { f in

@@ -194,6 +194,16 @@ struct StoreCLITests {
                 // Digits only: Swift's integer parse takes a sign.
                 (["get", "/x", "-", "--range", "+1-2"], "locker: error: --range takes START-END, for example 0-1023"),
                 (["get", "/x", "-", "--range", "1-+2"], "locker: error: --range takes START-END, for example 0-1023"),
+                // More digits than 64 bits hold: past the end, as it is.
+                (["get", "/x", "-", "--range", "0-99999999999999999999999"],
+                 "locker: error: --range 0-99999999999999999999999 is past the end (the object has 10 bytes, 0 to 9)\n"),
+                (["get", "/x", "-", "--range", "99999999999999999999999-"],
+                 "locker: error: --range 99999999999999999999999- starts past the end (the object has 10 bytes, 0 to 9)\n"),
+                (["get", "/x", "-", "--range", "99999999999999999999999-3"], "locker: error: --range 99999999999999999999999-3: START is after END\n"),
+                // A word that names no command, and one a typo away from one.
+                (["nosuch"], "locker: error: no command named 'nosuch'\nlocker: hint: run 'locker help' for the list of commands\n"),
+                (["stauts"], "locker: error: no command named 'stauts'\nlocker: hint: did you mean 'locker status'?\n"),
+                (["--store", f.store, "lss", "/"], "locker: error: no command named 'lss'\nlocker: hint: did you mean 'locker ls'?\n"),
                 // A value holding a newline is shown escaped, whole, on the
                 // error's one line.
                 (["put", "--class", "a\nb", "/etc/hostname", "/y"], "locker: error: The value 'a\\nb' is invalid for '--class <CLASS>'"),
@@ -211,6 +221,16 @@ struct StoreCLITests {
             }
             #expect(try f.raw(["get", "/x", "-", "--range", "3-"]).stdout == Data("3456789".utf8))
             #expect(try f.raw(["get", "/x", "-"]).stdout == Data("0123456789".utf8))
+            // A missing parent: the hint gives the command that makes it.
+            let noParent = try f.raw(["mkdir", "/p/q/r"])
+            #expect(noParent.status == 66, "\(noParent)")
+            #expect(noParent.stderr == "locker: error: /p: no such directory\nlocker: hint: 'locker mkdir -p /p/q/r' makes it with its parents\n",
+                    "\(noParent)")
+            // A DEST ending in "." is not run into the full stop.
+            try FileManager.default.createDirectory(atPath: f.root + "/out", withIntermediateDirectories: false)
+            let here = try f.raw(["get", "-r", "/", f.root + "/out/."])
+            #expect(here.status == 0, "\(here)")
+            #expect(here.stdout == Data("Fetched 1 object into \(f.root)/out/./.\n".utf8), "\(here)")
         }
     }
 
@@ -813,7 +833,7 @@ struct StoreCLITests {
             // Closing what is not open is an error (66), not a silent success.
             let again = try f.raw(["close", "/docs/b"])
             #expect(again.status == 66, "\(again)")
-            #expect(again.stderr.hasPrefix("locker: error: the object is not open"), "\(again)")
+            #expect(again.stderr == "locker: error: /docs/b is not open\nlocker: hint: open it with 'locker open'\n", "\(again)")
             let after = try JSONDecoder().decode(OpenObjectsJSON.self, from: Data(try f.ok(["status", "--json"]).stdout.utf8))
             #expect(after.openObjects.isEmpty)
             expectProtectedDataUnavailable(try f.raw(["get", "/docs/b"]))
