@@ -9,6 +9,14 @@ internal import Synchronization
 internal import Glibc
 #endif
 
+/// Another agent already serves the device directory: this one does not
+/// start.
+public struct AgentAlreadyServing: Error, Sendable {
+    public let devicePath: String
+    /// The other agent's pid, as its pid file gives it.
+    public let pid: Int32?
+}
+
 /// The agent: holds a booted ``Device`` in this process and serves it on
 /// the device directory's socket. See docs/agent-protocol.md.
 public enum AgentServer {
@@ -34,8 +42,10 @@ public enum AgentServer {
     static let threadStackBytes = 512 << 10
 
     /// Runs the agent for `devicePath` in this process until `reboot` (then
-    /// exits 0). Never returns normally. Exits 0 at once if another agent
-    /// already serves the directory. Throws if the socket cannot be set up.
+    /// exits 0). Never returns normally. Throws ``AgentAlreadyServing`` if
+    /// another agent serves the directory (as soon as it answers on the
+    /// socket, or once ``lockWaitSeconds`` have passed with its lock
+    /// held), and other errors if the socket cannot be set up.
     public static func run(devicePath: String) throws -> Never {
         harden()
         // Blocked before any thread starts, so every thread inherits the
@@ -53,8 +63,16 @@ public enum AgentServer {
             guard e == EWOULDBLOCK || e == EINTR else {
                 throw AgentError.unavailable("cannot lock \(paths.lockPath): \(ErrnoCode(e).message)")
             }
-            // Another agent serves this directory (or is just leaving).
-            if SocketIO.monotonicNow() > lockDeadline { _exit(0) }
+            // Another agent holds the lock: it serves this directory, and
+            // then answers on the socket, or it is just leaving, and the
+            // lock comes free within the wait.
+            if case .connected(let connection)? = try? Connection.open(paths.socketPath) {
+                connection.close()
+                throw AgentAlreadyServing(devicePath: paths.deviceDirectory, pid: Self.pid(in: paths.pidPath))
+            }
+            if SocketIO.monotonicNow() > lockDeadline {
+                throw AgentAlreadyServing(devicePath: paths.deviceDirectory, pid: Self.pid(in: paths.pidPath))
+            }
             SocketIO.sleep(milliseconds: 20)
         }
         // lockFD stays open, and so locked, until the process ends.
@@ -84,6 +102,13 @@ public enum AgentServer {
         ending.start()
 
         acceptForever(listener, core: core)
+    }
+
+    /// The pid an agent wrote in `path`, if it reads as one.
+    private static func pid(in path: String) -> Int32? {
+        guard let bytes = try? FileSystem().readFile(path, limit: 32),
+              let text = String(bytes: bytes, encoding: .utf8) else { return nil }
+        return Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)).flatMap { $0 > 0 ? $0 : nil }
     }
 
     /// The signals that end the agent as a reboot does.

@@ -140,6 +140,9 @@ enum ErrorPresenter {
             return describe(error)
         case let error as AgentError:
             return describe(error)
+        case let serving as AgentAlreadyServing:
+            return (.failure, "an agent already serves \(shown(serving.devicePath))" + (serving.pid.map { " (pid \($0))" } ?? ""),
+                    "commands use it as it is; 'locker reboot' ends it")
         case let error as StoreError:
             return describe(error)
         case let error as IOError:

@@ -85,6 +85,26 @@ struct CLITests {
         }
     }
 
+    /// `locker agent` run by hand while an agent serves says so and exits
+    /// 1, without waiting out the lock (it used to wait 4 s, then exit 0
+    /// with nothing said); the serving agent goes on, keys and all.
+    @Test func aSecondAgentSaysTheFirstServes() throws {
+        try withFixture { f in
+            try f.initialize()
+            let pid = try #require(f.agentPIDFromFile, "no agent.pid after init")
+            let started = Date()
+            let second = try f.run(["agent"], timeout: 20)
+            let took = Date().timeIntervalSince(started)
+            #expect(second.status == 1, "\(second)")
+            #expect(second.stderr == "locker: error: an agent already serves \(f.device) (pid \(pid))\n"
+                    + "locker: hint: commands use it as it is; 'locker reboot' ends it\n", "\(second)")
+            // Well below the 4 s a departing agent is given.
+            #expect(took < 3.5, "took \(took) s")
+            #expect(f.agentPIDFromFile == pid)
+            #expect(try f.status().state == "unlocked")
+        }
+    }
+
     // 5
     @Test func wrongThenRightPasscode() throws {
         try withFixture { f in
