@@ -47,7 +47,21 @@ struct CommandFailure: Error {
 
     /// `cannot WHAT: REASON`, the system's reason for `errno`; exit 1.
     static func cannot(_ what: String, _ errno: Int32) -> CommandFailure {
-        CommandFailure(.failure, "cannot \(what): \(String(cString: strerror(errno)))")
+        CommandFailure(.failure, "cannot \(what): \(String(cString: strerror(errno)))", hint: hint(forErrno: errno))
+    }
+
+    /// The way on from a system call's failure, where the errno alone
+    /// says it: a full or read-only file system. Writes are atomic, so
+    /// nothing half-written was left to clean up.
+    static func hint(forErrno errno: Int32) -> String? {
+        switch errno {
+        case ENOSPC, EDQUOT:
+            return "free some space on that file system, then run the command again; nothing half-written was left"
+        case EROFS:
+            return "that file system is mounted read-only"
+        default:
+            return nil
+        }
     }
 }
 
@@ -146,7 +160,7 @@ enum ErrorPresenter {
         case let error as StoreError:
             return describe(error)
         case let error as IOError:
-            return (.failure, error.description, nil)
+            return (.failure, error.description, CommandFailure.hint(forErrno: error.errno))
         case is CryptoError, is FormatError:
             return (.integrity, "stored data failed authentication", "run 'locker status' to check the device")
         default:

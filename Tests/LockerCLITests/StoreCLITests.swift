@@ -28,6 +28,41 @@ func expectProtectedDataUnavailable(_ r: RawResult, sourceLocation: SourceLocati
 /// export, key reset and the namespace commands.
 @Suite("locker store commands, end to end")
 struct StoreCLITests {
+    /// Whether a tmpfs can be mounted here (root, and a kernel that lets
+    /// this namespace mount): tried once, on a directory of its own.
+    static let canMountTmpfs: Bool = {
+        let directory = NSTemporaryDirectory() + "lkc-mount-probe-" + UUID().uuidString.prefix(8)
+        guard mkdir(directory, 0o700) == 0 else { return false }
+        defer { rmdir(directory) }
+        guard mount("tmpfs", directory, "tmpfs", 0, "size=64k") == 0 else { return false }
+        return umount(directory) == 0
+    }()
+
+    /// A store on a full file system: `put` fails with the system's
+    /// reason and a hint, and leaves nothing of the object; `verify`
+    /// finds the store clean.
+    @Test(.enabled(if: canMountTmpfs, "needs to mount a small tmpfs"))
+    func aFullStoreFileSystemGetsAHintAndLeavesNothing() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let small = f.root + "/small"
+            #expect(mkdir(small, 0o700) == 0)
+            #expect(mount("tmpfs", small, "tmpfs", 0, "size=2m") == 0)
+            defer { umount(small) }
+            let big = f.root + "/big"
+            try pseudoRandomBytes(5 << 20, seed: 9).write(to: URL(fileURLWithPath: big))
+            let put = try f.run(["put", "--store", small + "/store", big, "/big"])
+            #expect(put.status == 1, "\(put)")
+            #expect(put.stderr.hasPrefix("locker: error: write \(small)/store/data/"), "\(put)")
+            #expect(put.stderr.hasSuffix(": No space left on device\n"
+                    + "locker: hint: free some space on that file system, then run the command again; nothing half-written was left\n"),
+                    "\(put)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: small + "/store/data").isEmpty)
+            let verify = try f.run(["verify", "--store", small + "/store"])
+            #expect(verify.status == 0, "\(verify)")
+        }
+    }
+
     // MARK: Class × state
 
     /// Every cell of the class × state table: read an existing object and
@@ -221,6 +256,12 @@ struct StoreCLITests {
             }
             #expect(try f.raw(["get", "/x", "-", "--range", "3-"]).stdout == Data("3456789".utf8))
             #expect(try f.raw(["get", "/x", "-"]).stdout == Data("0123456789".utf8))
+            // A full device as DEST: the errno, and the way on.
+            let full = try f.raw(["get", "/x", "/dev/full"])
+            #expect(full.status == 1, "\(full)")
+            #expect(full.stderr == "locker: error: cannot write /dev/full: No space left on device\n"
+                    + "locker: hint: free some space on that file system, then run the command again; nothing half-written was left\n",
+                    "\(full)")
             // A missing parent: the hint gives the command that makes it.
             let noParent = try f.raw(["mkdir", "/p/q/r"])
             #expect(noParent.status == 66, "\(noParent)")
