@@ -46,8 +46,11 @@ struct CommandFailure: Error {
     }
 
     /// `cannot WHAT: REASON`, the system's reason for `errno`; exit 1.
-    static func cannot(_ what: String, _ errno: Int32) -> CommandFailure {
-        CommandFailure(.failure, "cannot \(what): \(String(cString: strerror(errno)))", hint: hint(forErrno: errno))
+    /// `inOrder`: WHAT is written in order (standard output, a device, a
+    /// FIFO), where a prefix may have gone out, so no hint says nothing
+    /// half-written was left.
+    static func cannot(_ what: String, _ errno: Int32, inOrder: Bool = false) -> CommandFailure {
+        CommandFailure(.failure, "cannot \(what): \(String(cString: strerror(errno)))", hint: inOrder ? nil : hint(forErrno: errno))
     }
 
     /// The way on from a system call's failure, where the errno alone

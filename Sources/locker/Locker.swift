@@ -277,7 +277,7 @@ func flushStandardOutput() throws {
     do {
         try ProcessOutput.flush()
     } catch {
-        throw CommandFailure.cannot("write standard output", error.errno)
+        throw CommandFailure.cannot("write standard output", error.errno, inOrder: true)
     }
 }
 

@@ -1352,7 +1352,7 @@ func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String, mayBlo
         let n = Foundation.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
         if n < 0 {
             if errno == EINTR { continue }
-            throw CommandFailure.cannot("write \(path)", errno)
+            throw CommandFailure.cannot("write \(path)", errno, inOrder: true)
         }
         offset += n
     }
