@@ -1109,39 +1109,12 @@ public final class Store: @unchecked Sendable {
         return try objectInfo(path, header: header, headerPath: fsPath, status: status)
     }
 
-    /// Replaces the file at `fsPath` (a header, a directory record, the
-    /// move intent) with `bytes`, as
-    /// ``FileSystem/writeFileAtomically(_:_:mode:syncDirectory:)`` does (a
-    /// temporary beside it, locked, written and synced, renamed, and the
-    /// directory synced if `syncDirectory`; the same system calls), its
-    /// temporary told to ``temporaries``. The rename finishes the
-    /// temporary `data` (an object's data file) too, in the same step:
-    /// the cleanup of a data file never runs once a header refers to it.
-    /// If this throws before the rename, nothing has changed at `fsPath`
-    /// and the temporary is gone.
-    ///
-    /// Not for a file inside a temporary directory being created: its
-    /// hold on the cleanups is already taken.
+    /// ``FileSystem/writeFileAtomically(_:_:mode:syncDirectory:temporaries:finishing:)``
+    /// with the store's ``temporaries``: how the store replaces a header,
+    /// a directory record or the move intent. Not for a file inside a
+    /// temporary directory being created (see there).
     func writeAtomically(_ fsPath: String, _ bytes: [UInt8], finishing data: Int? = nil, syncDirectory: Bool = true) throws {
-        let temporary = FileSystem.temporaryPath(beside: fsPath)
-        let (file, token) = try temporaries.creatingTemporary({ () throws -> DataFile in
-            let file = try DataFile.create(temporary, fileSystem: fs)
-            // Held until the rename is done (the descriptor closes after
-            // it): a verifier removes only temporaries no live process
-            // holds. Best effort, as for any atomic replace.
-            try? file.holdWriteLock()
-            return file
-        }, cleanup: removal(of: temporary))
-        defer { file.close() }
-        do {
-            try bytes.withUnsafeBytes { try file.write($0) }
-            try file.sync()
-            try temporaries.finishingTemporaries([token, data]) { () throws(IOError) in try fs.rename(temporary, to: fsPath) }
-        } catch {
-            temporaries.finishingTemporaries([token]) { try? fs.remove(temporary, syncDirectory: false) }
-            throw error
-        }
-        if syncDirectory { try fs.syncDirectory((fsPath as NSString).deletingLastPathComponent) }
+        try fs.writeFileAtomically(fsPath, bytes, syncDirectory: syncDirectory, temporaries: temporaries, finishing: data)
     }
 
     /// The cleanup, for ``TemporaryCleanups``, of the temporary file or

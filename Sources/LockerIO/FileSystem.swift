@@ -62,10 +62,22 @@ public struct FileSystem: Sendable {
     /// survive a crash); with `syncDirectory` false the caller syncs the
     /// directory itself, so that a throw from here always means nothing
     /// changed.
+    ///
+    /// The temporary is told to `temporaries` (created and registered as
+    /// one step, renamed and unregistered as one step), and the rename
+    /// finishes the temporary `data` too, in the same step: the store
+    /// passes an object's data file with its header, whose cleanup must
+    /// never run once the header refers to it. Not to be given
+    /// `temporaries` inside a hold on them (a temporary directory being
+    /// built): the hold is not taken twice.
     public func writeFileAtomically(_ path: String, _ bytes: [UInt8], mode: UInt32 = 0o600,
-                                    syncDirectory sync: Bool = true) throws {
+                                    syncDirectory sync: Bool = true,
+                                    temporaries: any TemporaryCleanups = NoTemporaryCleanups(),
+                                    finishing data: Int? = nil) throws {
         let temporary = Self.temporaryPath(beside: path)
-        let fd = try open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        let (fd, token) = try temporaries.creatingTemporary({ () throws(IOError) in
+            try open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        }, cleanup: { _ in { [self] in try? unlink(temporary) } })
         do {
             // Held until the rename is done (the descriptor closes after
             // it): a verifier removes only temporaries no live process
@@ -74,9 +86,9 @@ public struct FileSystem: Sendable {
             try? flock(fd, LOCK_EX, path: temporary)
             try bytes.withUnsafeBytes { try writeAll(fd, $0, path: temporary) }
             try fsync(fd, path: temporary)
-            try rename(temporary, to: path)
+            try temporaries.finishingTemporaries([token, data]) { () throws(IOError) in try rename(temporary, to: path) }
         } catch {
-            try? unlink(temporary)
+            temporaries.finishingTemporaries([token]) { try? unlink(temporary) }
             throw error
         }
         if sync { try syncDirectory(Self.directory(of: path)) }

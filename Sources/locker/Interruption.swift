@@ -1,5 +1,6 @@
 import Foundation
 import Locker
+import LockerIO
 import Synchronization
 
 /// What SIGINT, SIGTERM and SIGHUP do to a running command.

@@ -1,6 +1,9 @@
-/// Where a ``Store`` notes what it writes under temporary names: data
-/// files no header refers to yet, header temporaries, the temporary
-/// directories new directories are built in (a staged tree's among them).
+/// Where the store notes what it writes under temporary names: data
+/// files no header refers to yet, the temporaries of headers, directory
+/// records and the move intent
+/// (``FileSystem/writeFileAtomically(_:_:mode:syncDirectory:temporaries:finishing:)``),
+/// the temporary directories new directories are built in (a staged
+/// tree's among them).
 /// A process that must end before the store has put them in place or
 /// removed them (the CLI, on a second Ctrl-C or when its grace after the
 /// first runs out) runs the cleanups registered here, and leaves none of
@@ -79,7 +82,8 @@ extension TemporaryCleanups {
 }
 
 /// No process to end early: nothing is registered, and nothing is held
-/// off. What a store uses unless it is given other ``TemporaryCleanups``.
+/// off. What a store, and a file system's atomic write, use unless given
+/// other ``TemporaryCleanups``.
 public struct NoTemporaryCleanups: TemporaryCleanups {
     public init() {}
 
