@@ -66,11 +66,14 @@ public enum AgentServer {
             // Another agent holds the lock: it serves this directory, and
             // then answers on the socket, or it is just leaving, and the
             // lock comes free within the wait.
+            let answers: Bool
             if case .connected(let connection)? = try? Connection.open(paths.socketPath) {
                 connection.close()
-                throw AgentAlreadyServing(devicePath: paths.deviceDirectory, pid: Self.pid(in: paths.pidPath))
+                answers = true
+            } else {
+                answers = false
             }
-            if SocketIO.monotonicNow() > lockDeadline {
+            if answers || SocketIO.monotonicNow() > lockDeadline {
                 throw AgentAlreadyServing(devicePath: paths.deviceDirectory, pid: Self.pid(in: paths.pidPath))
             }
             SocketIO.sleep(milliseconds: 20)

@@ -36,7 +36,7 @@ extension Locker {
         let names = configuration.subcommands.flatMap { [$0._commandName] + $0.configuration.aliases } + ["help"]
         guard !names.contains(word) else { return }
         let near = names.map { (name: $0, distance: editDistance($0, word)) }.min { $0.distance < $1.distance }
-        let hint = near.map { $0.distance <= 2 ? "did you mean 'locker \($0.name)'?" : nil } ?? nil
+        let hint = near.flatMap { $0.distance <= 2 ? "did you mean 'locker \($0.name)'?" : nil }
         throw CommandFailure(.usage, "no command named '\(shown(word))'", hint: hint ?? "run 'locker help' for the list of commands")
     }
 
@@ -44,7 +44,7 @@ extension Locker {
     static func editDistance(_ a: String, _ b: String) -> Int {
         let a = Array(a), b = Array(b)
         var previous = Array(0...b.count)
-        for i in 1...max(a.count, 1) where !a.isEmpty {
+        for i in a.indices.map({ $0 + 1 }) {
             var current = [i] + Array(repeating: 0, count: b.count)
             for j in stride(from: 1, through: b.count, by: 1) {
                 current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
