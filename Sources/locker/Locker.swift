@@ -30,13 +30,14 @@ struct Locker: ParsableCommand {
 extension Locker {
     /// Refuses a first word that names no command, as such: the argument
     /// parser calls it an unexpected argument. A word one or two edits
-    /// from a command's name gets that name as a hint.
+    /// from a command's name, fewer edits than it has characters, gets
+    /// that name as a hint (`x` is two edits from `ls`, but no typo of it).
     static func checkCommandName(_ arguments: [String]) throws {
         guard let word = arguments.first, !word.hasPrefix("-") else { return }
         let names = configuration.subcommands.flatMap { [$0._commandName] + $0.configuration.aliases } + ["help"]
         guard !names.contains(word) else { return }
         let near = names.map { (name: $0, distance: editDistance($0, word)) }.min { $0.distance < $1.distance }
-        let hint = near.flatMap { $0.distance <= 2 ? "did you mean 'locker \($0.name)'?" : nil }
+        let hint = near.flatMap { $0.distance <= 2 && $0.distance < word.count ? "did you mean 'locker \($0.name)'?" : nil }
         throw CommandFailure(.usage, "no command named '\(shown(word))'", hint: hint ?? "run 'locker help' for the list of commands")
     }
 

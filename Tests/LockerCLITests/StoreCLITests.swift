@@ -238,6 +238,7 @@ struct StoreCLITests {
                 // A word that names no command, and one a typo away from one.
                 (["nosuch"], "locker: error: no command named 'nosuch'\nlocker: hint: run 'locker help' for the list of commands\n"),
                 (["stauts"], "locker: error: no command named 'stauts'\nlocker: hint: did you mean 'locker status'?\n"),
+                (["x"], "locker: error: no command named 'x'\nlocker: hint: run 'locker help' for the list of commands\n"),
                 (["--store", f.store, "lss", "/"], "locker: error: no command named 'lss'\nlocker: hint: did you mean 'locker ls'?\n"),
                 // A value holding a newline is shown escaped, whole, on the
                 // error's one line.
