@@ -144,7 +144,10 @@ final class ObjectWriter {
     /// Past this many chunks the write fails (``StoreError/objectTooLarge(maxLength:)``).
     private let maxChunkCount: UInt64
     private let batch: Int
-    private let sealers: [ChunkSealer]
+    private let chunkKey: SecretBytes
+    /// One per chunk of a batch, made when a batch first needs it: a small
+    /// object, one chunk, sets up one cipher, not a batch's worth.
+    private var sealers: [ChunkSealer] = []
     private let input: SensitiveBuffer
     private let records: [[SensitiveBuffer]]
     private var lengths: [UInt32] = []
@@ -157,7 +160,7 @@ final class ObjectWriter {
         self.maxChunkCount = min(maxChunkCount, ChunkLayout.maxChunkCount)
         let batch = max(2, workers * 2)
         self.batch = batch
-        sealers = try (0..<batch).map { _ in try ChunkSealer(chunkKey: chunkKey) }
+        self.chunkKey = chunkKey
         input = BufferPool.shared.take(batch * Int(chunkSize))
         let recordLength = ChunkLayout.maxRecordLength(chunkSize: chunkSize)
         records = (0..<2).map { _ in (0..<batch).map { _ in BufferPool.shared.take(recordLength) } }
@@ -265,6 +268,8 @@ final class ObjectWriter {
             if let error = writeState?.error { throw error }
             let targets = records[set]
             let base = chunkIndex
+            while sealers.count < chunksHere { sealers.append(try ChunkSealer(chunkKey: chunkKey)) }
+            let sealers = self.sealers
             try parallelFor(chunksHere) { i in
                 let start = i * chunkSize
                 let length = min(chunkSize, filled - start)

@@ -139,7 +139,10 @@ extension Store {
         }
 
         // Keys: one wrap request per class.
-        let fileKeys = try items.map { _ in try SecretBytes(randomCount: 32) }
+        let fileKeys = try SecretBytes.random(items.count, count: 32)
+        // Drawn for the whole batch at once, as the keys are: one call to
+        // the generator instead of one per object.
+        let objectIDs = try SecureRandom.bytes(ObjectHeader.objectIDByteCount * items.count)
         var wrapped = [WrappedFileKey?](repeating: nil, count: items.count)
         for cls in Set(targets.map(\.protection)) {
             let indices = targets.indices.filter { targets[$0].protection == cls }
@@ -181,7 +184,8 @@ extension Store {
                 // Whatever happens to this object, its read-ahead space
                 // goes back: the readers wait for it.
                 defer { early.release(i) }
-                let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
+                let idLength = ObjectHeader.objectIDByteCount
+                let objectID = Array(objectIDs[(i * idLength)..<((i + 1) * idLength)])
                 // In a staged tree, the data file waits inside its
                 // temporary directory, whose lock covers it.
                 let dataPath = targets[i].inTree ? tree!.dataPath(Self.hex(objectID)) : dataPath(objectID)

@@ -1,7 +1,4 @@
 internal import COpenSSL
-#if canImport(Glibc)
-internal import Glibc
-#endif
 
 /// Algorithm implementations fetched from libcrypto once per process.
 ///
@@ -23,28 +20,4 @@ enum Fetched {
     static let aes256WrapPad: Handle? = EVP_CIPHER_fetch(nil, "AES-256-WRAP-PAD", nil).map(Handle.init)
     static let sha256: Handle? = EVP_MD_fetch(nil, "SHA2-256", nil).map(Handle.init)
     static let sha512: Handle? = EVP_MD_fetch(nil, "SHA2-512", nil).map(Handle.init)
-
-    /// An HMAC context with its digest set and no key: each MAC starts from
-    /// a copy (`EVP_MAC_CTX_dup`), so the digest is not looked up again.
-    static let hmacSHA256: Handle? = macTemplate(digest: "SHA2-256")
-    static let hmacSHA512: Handle? = macTemplate(digest: "SHA2-512")
-
-    private static func macTemplate(digest: String) -> Handle? {
-        guard let mac = EVP_MAC_fetch(nil, "HMAC", nil) else { return nil }
-        defer { EVP_MAC_free(mac) }
-        guard let context = EVP_MAC_CTX_new(mac) else { return nil }
-        let key = strdup(OSSL_MAC_PARAM_DIGEST)
-        let value = strdup(digest)
-        defer {
-            free(key)
-            free(value)
-        }
-        let params = [OSSL_PARAM_construct_utf8_string(key, value, 0), OSSL_PARAM_construct_end()]
-        let ok = key != nil && value != nil && EVP_MAC_CTX_set_params(context, params) == 1
-        guard ok else {
-            EVP_MAC_CTX_free(context)
-            return nil
-        }
-        return Handle(pointer: context)
-    }
 }

@@ -106,6 +106,22 @@ struct SecretBytesTests {
         #expect(a != b)
     }
 
+    @Test("secrets drawn together: the number asked for, each of its length, all different", arguments: [0, 1, 31, 32, 33, 100])
+    func randomTogether(number: Int) throws {
+        // 32 secrets of 32 bytes are drawn per call to the generator: these
+        // numbers end before, at and past a draw's end, and span several.
+        let secrets = try SecretBytes.random(number, count: 32)
+        #expect(secrets.count == number)
+        #expect(secrets.allSatisfy { $0.count == 32 })
+        let contents = Set(secrets.map { $0.withUnsafeBytes { Array($0) } })
+        #expect(contents.count == number)
+        #expect(!contents.contains([UInt8](repeating: 0, count: 32)))
+        // A length that does not divide the draw.
+        let odd = try SecretBytes.random(50, count: 48)
+        #expect(odd.map(\.count) == [Int](repeating: 48, count: 50))
+        #expect(Set(odd.map { $0.withUnsafeBytes { Array($0) } }).count == 50)
+    }
+
     @Test("wipe zeroes a transient copy in place, whatever its length")
     func wipeTransientCopy() throws {
         for count in [0, 1, 32, 4097] {

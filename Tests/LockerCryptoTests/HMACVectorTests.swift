@@ -94,4 +94,22 @@ struct HMACVectorTests {
         #expect(second.hex == "164b7a7bfcf819e2e395fbe73b56e0a387bd64222e831fd610270cd7ea250554"
             + "9758bf75c05a994a6d034f65f8f0e6fdcaeab1a34d4a6b4b636e070a38bce737")
     }
+
+    @Test("RFC 4231 test cases 6 and 7: a key longer than the block is hashed first")
+    func longKeyKnownAnswers() throws {
+        // RFC 4231 sections 4.7 and 4.8: key 0xaa x 131, longer than
+        // SHA-256's 64-byte block and SHA-512's 128-byte block.
+        let key = SecretBytes(copying: [UInt8](repeating: 0xaa, count: 131))
+        let six = Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8)
+        #expect(try HMAC.authenticationCode(.sha256, for: six, key: key).hex
+            == "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")
+        #expect(try HMAC.authenticationCode(.sha512, for: six, key: key).hex
+            == "80b24263c7c1a3ebb71493c1dd7be8b49b46d1f41b4aeec1121b013783f8f352"
+            + "6b56d037e05f2598bd0fd2215d6a1e5295e64f73f63f0aec8b915a985d786598")
+        let seven = Array(("This is a test using a larger than block-size key and a larger than block-size data. "
+            + "The key needs to be hashed before being used by the HMAC algorithm.").utf8)
+        #expect(try HMAC.authenticationCode(.sha512, for: seven, key: key).hex
+            == "e37b6a775dc87dbaa4dfa9f96e5e3ffddebd71f8867289865df5a32d20cdc944"
+            + "b6022cac3c4982b10d5eeb55c3e4de15134676fb6de0446065c97440fa8c6a58")
+    }
 }

@@ -11,14 +11,17 @@ public enum HashFunction: Sendable {
         }
     }
 
+    /// The block length in bytes, which HMAC pads its key to.
+    var blockByteCount: Int {
+        switch self {
+        case .sha256: 64
+        case .sha512: 128
+        }
+    }
+
     /// The fetched digest (see ``Fetched``).
     var evp: OpaquePointer {
         get throws { try Self.pointer(self == .sha256 ? Fetched.sha256 : Fetched.sha512) }
-    }
-
-    /// An HMAC context with this digest and no key, to copy (see ``Fetched``).
-    var hmacTemplate: OpaquePointer {
-        get throws { try Self.pointer(self == .sha256 ? Fetched.hmacSHA256 : Fetched.hmacSHA512) }
     }
 
     private static func pointer(_ fetched: Fetched.Handle?) throws -> OpaquePointer {

@@ -26,33 +26,55 @@ public enum HMAC {
 
     /// Writes the MAC of the concatenation of `message` under `key` to the
     /// first `hash.byteCount` bytes of `out`, which must hold that many.
-    /// Secret outputs go straight into the caller's wiped storage; the keyed
-    /// state is cleansed when the context is freed.
+    /// Secret outputs go straight into the caller's wiped storage; the
+    /// padded key and the inner digest are cleansed before this returns,
+    /// and the digest state when its context is freed.
     static func compute(
         _ hash: HashFunction, key: UnsafeRawBufferPointer, message: [UnsafeRawBufferPointer],
         into out: UnsafeMutableRawBufferPointer
     ) throws {
         precondition(out.count >= hash.byteCount, "HMAC output buffer too small")
-        // A copy of a keyless context with the digest already set: no
-        // lookup by name per MAC (see Fetched).
-        guard let context = EVP_MAC_CTX_dup(try hash.hmacTemplate) else { throw CryptoError.internalFailure }
-        // Frees and cleanses the keyed state.
-        defer { EVP_MAC_CTX_free(context) }
-        var length = 0
-        var empty: UInt8 = 0
-        let ok = withUnsafeMutablePointer(to: &empty) { placeholder in
-            // libcrypto wants a non-null key pointer even for an empty key
-            // (a null key would mean "the key set before").
-            let keyPointer = key.count > 0 ? key.baseAddress!.assumingMemoryBound(to: UInt8.self) : UnsafePointer(placeholder)
-            guard EVP_MAC_init(context, keyPointer, key.count, nil) == 1 else { return false }
-            for part in message where part.count > 0 {
-                guard EVP_MAC_update(context, part.baseAddress!.assumingMemoryBound(to: UInt8.self), part.count) == 1 else {
-                    return false
-                }
+        // RFC 2104's steps over the fetched digest, rather than libcrypto's
+        // EVP_MAC: that one copies a keyed context, with a digest context
+        // for each pad, for every MAC (1.4 µs against 0.55 µs a MAC here,
+        // and a small object takes six). The HMAC vectors hold the steps
+        // to the RFC.
+        guard let context = EVP_MD_CTX_new() else { throw CryptoError.internalFailure }
+        // The provider cleanses the digest state as it frees it.
+        defer { EVP_MD_CTX_free(context) }
+        let block = hash.blockByteCount
+        try withUnsafeTemporaryAllocation(byteCount: block + hash.byteCount, alignment: 16) { scratch throws in
+            defer { OPENSSL_cleanse(scratch.baseAddress, scratch.count) }
+            let pad = UnsafeMutableRawBufferPointer(rebasing: scratch[..<block])
+            let inner = UnsafeMutableRawBufferPointer(rebasing: scratch[block...])
+            // K0: the key zero-padded to a block, or its digest if longer.
+            pad.initializeMemory(as: UInt8.self, repeating: 0)
+            if key.count > block {
+                try run(context, hash, [key], into: inner)
+                pad.copyMemory(from: UnsafeRawBufferPointer(inner))
+            } else if key.count > 0 {
+                pad.copyMemory(from: key)
             }
-            return EVP_MAC_final(context, out.baseAddress!.assumingMemoryBound(to: UInt8.self), &length, out.count) == 1
+            for i in 0..<block { pad[i] ^= 0x36 }
+            try run(context, hash, [UnsafeRawBufferPointer(pad)] + message, into: inner)
+            // From K0 ^ ipad to K0 ^ opad.
+            for i in 0..<block { pad[i] ^= 0x36 ^ 0x5c }
+            try run(context, hash, [UnsafeRawBufferPointer(pad), UnsafeRawBufferPointer(inner)], into: out)
         }
-        guard ok, length == hash.byteCount else {
+    }
+
+    /// One digest of the concatenation of `parts` into the start of `out`.
+    private static func run(
+        _ context: OpaquePointer, _ hash: HashFunction, _ parts: [UnsafeRawBufferPointer],
+        into out: UnsafeMutableRawBufferPointer
+    ) throws {
+        var length: UInt32 = 0
+        var ok = EVP_DigestInit_ex2(context, try hash.evp, nil) == 1
+        for part in parts where ok && part.count > 0 {
+            ok = EVP_DigestUpdate(context, part.baseAddress, part.count) == 1
+        }
+        ok = ok && EVP_DigestFinal_ex(context, out.baseAddress!.assumingMemoryBound(to: UInt8.self), &length) == 1
+        guard ok, Int(length) == hash.byteCount else {
             ERR_clear_error()
             throw CryptoError.internalFailure
         }
