@@ -140,9 +140,10 @@ extension Store {
 
         // Keys: one wrap request per class.
         let fileKeys = try SecretBytes.random(items.count, count: 32)
-        // Drawn for the whole batch at once, as the keys are: one call to
-        // the generator instead of one per object.
+        // Object IDs and header nonces, drawn for the whole batch at once
+        // as the keys are: a call to the generator each, not one per object.
         let objectIDs = try SecureRandom.bytes(ObjectHeader.objectIDByteCount * items.count)
+        let nonces = try SecureRandom.bytes(AESGCM.nonceByteCount * items.count)
         var wrapped = [WrappedFileKey?](repeating: nil, count: items.count)
         for cls in Set(targets.map(\.protection)) {
             let indices = targets.indices.filter { targets[$0].protection == cls }
@@ -225,7 +226,8 @@ extension Store {
                 // In a staged tree nothing reads the directory before it is
                 // published, and its publication commits every header in it.
                 let temporary = targets[i].inTree ? targets[i].fsPath : FileSystem.temporaryPath(beside: targets[i].fsPath)
-                let sealed = try header.sealed(with: metadata)
+                let nonce = try AESGCM.Nonce(Array(nonces[(i * AESGCM.nonceByteCount)..<((i + 1) * AESGCM.nonceByteCount)]))
+                let sealed = try header.sealed(with: metadata, nonce: nonce)
                 do {
                     if targets[i].inTree {
                         try tree!.creatingInside { try fs.writeNewFile(temporary, sealed) }

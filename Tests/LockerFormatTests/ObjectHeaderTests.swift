@@ -169,6 +169,25 @@ struct ObjectHeaderTests {
         return (header, fileKey, plaintext)
     }
 
+    @Test("a header sealed with a given nonce carries it at bytes 8-19 and opens, inline or not")
+    func givenNonce() throws {
+        let keys = try newMetadataKeys()
+        let fileKey = try newFileKey()
+        let nonce = try AESGCM.Nonce.random()
+        let header = try sampleHeader(fileKey: fileKey)
+        let sealed = try header.sealed(with: keys, nonce: nonce)
+        #expect(Array(sealed[8..<20]) == nonce.rawBytes)
+        #expect(try ObjectHeader.open(sealed, with: keys) == header)
+        // The body sealed independently under the same nonce: the same bytes.
+        let prefix = Array(sealed[..<8])
+        #expect(sealed == prefix + nonce.rawBytes + (try AESGCM.seal(headerBody(header), key: keys.recordKey, nonce: nonce,
+                                                                      authenticating: prefix)))
+        let (inline, _, _) = try inlineSample(keys: keys)
+        let inlineSealed = try inline.sealed(with: keys, nonce: nonce)
+        #expect(Array(inlineSealed[8..<20]) == nonce.rawBytes)
+        #expect(try ObjectHeader.open(inlineSealed, with: keys) == inline)
+    }
+
     @Test("an inline header is the documented record (LKOI, its length in the prefix), then the data")
     func inlineLayout() throws {
         let keys = try newMetadataKeys()

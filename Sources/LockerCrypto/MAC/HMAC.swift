@@ -27,8 +27,8 @@ public enum HMAC {
     /// Writes the MAC of the concatenation of `message` under `key` to the
     /// first `hash.byteCount` bytes of `out`, which must hold that many.
     /// Secret outputs go straight into the caller's wiped storage; the
-    /// padded key and the inner digest are cleansed before this returns,
-    /// and the digest state when its context is freed.
+    /// padded key and the inner digest are in a `SecretBytes` of their
+    /// own, and the digest state is cleansed when its context is freed.
     static func compute(
         _ hash: HashFunction, key: UnsafeRawBufferPointer, message: [UnsafeRawBufferPointer],
         into out: UnsafeMutableRawBufferPointer
@@ -43,8 +43,10 @@ public enum HMAC {
         // The provider cleanses the digest state as it frees it.
         defer { EVP_MD_CTX_free(context) }
         let block = hash.blockByteCount
-        try withUnsafeTemporaryAllocation(byteCount: block + hash.byteCount, alignment: 16) { scratch throws in
-            defer { OPENSSL_cleanse(scratch.baseAddress, scratch.count) }
+        // The padded key and the inner digest are key material: scratch in
+        // wiping storage, as a key wrap's steps are.
+        let scratchSpace = try SecretBytes(count: block + hash.byteCount) { _ in }
+        try scratchSpace.withUnsafeMutableBytes { scratch throws in
             let pad = UnsafeMutableRawBufferPointer(rebasing: scratch[..<block])
             let inner = UnsafeMutableRawBufferPointer(rebasing: scratch[block...])
             // K0: the key zero-padded to a block, or its digest if longer.

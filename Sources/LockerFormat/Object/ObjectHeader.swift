@@ -128,7 +128,10 @@ public struct ObjectHeader: Sendable, Equatable {
         }
     }
 
-    public func sealed(with keys: MetadataKeys) throws -> [UInt8] {
+    /// The header file's bytes: the sealed header, and the inline data if
+    /// any. The record's nonce is `nonce` if given (fresh, never used
+    /// before with these keys), else drawn here.
+    public func sealed(with keys: MetadataKeys, nonce: AESGCM.Nonce? = nil) throws -> [UInt8] {
         try validate()
         var w = ByteWriter(capacity: 512)
         w.write(parentID)
@@ -150,12 +153,12 @@ public struct ObjectHeader: Sendable, Equatable {
         w.write(UInt64(bitPattern: created))
         w.write(UInt64(bitPattern: modified))
         w.write(headerMAC)
-        guard let inlineData else { return try SealedRecord.seal(magic: Self.magic, body: w.bytes, key: keys.recordKey) }
+        guard let inlineData else { return try SealedRecord.seal(magic: Self.magic, body: w.bytes, key: keys.recordKey, nonce: nonce) }
         // The record's length is in its prefix, authenticated with it, so
         // a reader knows where the data starts.
         let length = SealedRecord.overhead + w.bytes.count
         return try SealedRecord.seal(magic: Self.inlineMagic, body: w.bytes, key: keys.recordKey,
-                                     field: UInt16(min(length, Int(UInt16.max)))) + inlineData
+                                     field: UInt16(min(length, Int(UInt16.max))), nonce: nonce) + inlineData
     }
 
     /// Opens a header file: a sealed header (`LKOH`), or a sealed header

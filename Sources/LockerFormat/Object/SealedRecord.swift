@@ -13,13 +13,16 @@ enum SealedRecord {
     static let overhead = 8 + AESGCM.nonceByteCount + AESGCM.tagByteCount
 
     /// Seals `body`; the record is `overhead + body.count` bytes long.
-    static func seal(magic: [UInt8], body: [UInt8], key: SecretBytes, field: UInt16 = 0) throws -> [UInt8] {
+    /// `nonce` is drawn here unless given: a caller sealing many records
+    /// may draw their nonces together, each fresh and used once.
+    static func seal(magic: [UInt8], body: [UInt8], key: SecretBytes, field: UInt16 = 0,
+                     nonce given: AESGCM.Nonce? = nil) throws -> [UInt8] {
         // Never write a record that open refuses as too large.
         guard overhead + body.count <= maxByteCount else {
             throw FormatError.inputTooLarge
         }
         let prefix = magic + [UInt8(version >> 8), UInt8(version & 0xff), UInt8(field >> 8), UInt8(field & 0xff)]
-        let nonce = try AESGCM.Nonce.random()
+        let nonce = try given ?? AESGCM.Nonce.random()
         return prefix + nonce.rawBytes + (try AESGCM.seal(body, key: key, nonce: nonce, authenticating: prefix))
     }
 
