@@ -1,4 +1,6 @@
+import Foundation
 import LockerCrypto
+import Synchronization
 import Testing
 
 // Wycheproof hmac_sha256_test.json against HMAC.
@@ -93,6 +95,34 @@ struct HMACVectorTests {
                                                  key: SecretBytes(copying: Array("Jefe".utf8)))
         #expect(second.hex == "164b7a7bfcf819e2e395fbe73b56e0a387bd64222e831fd610270cd7ea250554"
             + "9758bf75c05a994a6d034f65f8f0e6fdcaeab1a34d4a6b4b636e070a38bce737")
+    }
+
+    @Test("MACs on many threads at once, and on threads that end, match the same MACs on one")
+    func concurrentMACs() throws {
+        // Each thread keeps its own scratch for the padded key: threads
+        // that run MACs together must not see each other's, and a thread
+        // that ends gives its scratch back (its destructor runs).
+        let keys = (0..<16).map { i in SecretBytes(copying: [UInt8](repeating: UInt8(i), count: 20 + 9 * i)) }
+        let messages = (0..<16).map { i in [UInt8](repeating: UInt8(0x80 + i), count: 3 * i) }
+        let expected = try (0..<16).map { i in
+            try HMAC.authenticationCode(i % 2 == 0 ? .sha256 : .sha512, for: messages[i], key: keys[i])
+        }
+        let mismatches = Mutex(0)
+        let done = DispatchGroup()
+        for t in 0..<32 {
+            done.enter()
+            let thread = Thread {
+                defer { done.leave() }
+                for round in 0..<50 {
+                    let i = (t + round) % 16
+                    let mac = try? HMAC.authenticationCode(i % 2 == 0 ? .sha256 : .sha512, for: messages[i], key: keys[i])
+                    if mac != expected[i] { mismatches.withLock { $0 += 1 } }
+                }
+            }
+            thread.start()
+        }
+        done.wait()
+        #expect(mismatches.withLock { $0 } == 0)
     }
 
     @Test("RFC 4231 test cases 6 and 7: a key longer than the block is hashed first")

@@ -1,4 +1,7 @@
 internal import COpenSSL
+#if canImport(Glibc)
+internal import Glibc
+#endif
 
 /// HMAC (RFC 2104) over SHA-256 or SHA-512.
 public enum HMAC {
@@ -44,9 +47,10 @@ public enum HMAC {
         defer { EVP_MD_CTX_free(context) }
         let block = hash.blockByteCount
         // The padded key and the inner digest are key material: scratch in
-        // wiping storage, as a key wrap's steps are.
-        let scratchSpace = try SecretBytes(count: block + hash.byteCount) { _ in }
-        try scratchSpace.withUnsafeMutableBytes { scratch throws in
+        // wiping storage, as a key wrap's steps are, wiped after each MAC.
+        try ThreadScratch.current().withUnsafeMutableBytes { whole throws in
+            let scratch = UnsafeMutableRawBufferPointer(rebasing: whole[..<(block + hash.byteCount)])
+            defer { OPENSSL_cleanse(scratch.baseAddress, scratch.count) }
             let pad = UnsafeMutableRawBufferPointer(rebasing: scratch[..<block])
             let inner = UnsafeMutableRawBufferPointer(rebasing: scratch[block...])
             // K0: the key zero-padded to a block, or its digest if longer.
@@ -89,5 +93,42 @@ public enum HMAC {
     ) throws -> Bool {
         let expected = try authenticationCode(hash, for: message, key: key)
         return constantTimeEquals(expected, tag)
+    }
+}
+
+/// Each thread's HMAC scratch: a `SecretBytes` made on the thread's first
+/// MAC and released (wiped) when the thread ends. A `SecretBytes` per MAC
+/// took a lock on libcrypto's secure heap for each of a small object's six
+/// MACs on every thread, which cost a `put -r` of small files all that the
+/// digest steps saved.
+private enum ThreadScratch {
+    /// Room for SHA-512's padded key and digest, the larger.
+    static let byteCount = 128 + 64
+
+    private static let key: pthread_key_t? = {
+        var key = pthread_key_t()
+        // The destructor runs as the thread ends, with the stored pointer:
+        // the retain taken in current() is given back, and the scratch
+        // wiped and released with it.
+        let made = pthread_key_create(&key) { pointer in
+            guard let pointer else { return }
+            Unmanaged<SecretBytes>.fromOpaque(pointer).release()
+        }
+        return made == 0 ? key : nil
+    }()
+
+    /// This thread's scratch. Not reentrant: a MAC never computes another.
+    static func current() throws -> SecretBytes {
+        guard let key else { throw CryptoError.internalFailure }
+        if let stored = pthread_getspecific(key) {
+            return Unmanaged<SecretBytes>.fromOpaque(stored).takeUnretainedValue()
+        }
+        let scratch = try SecretBytes(count: byteCount) { _ in }
+        let stored = Unmanaged.passRetained(scratch)
+        guard pthread_setspecific(key, stored.toOpaque()) == 0 else {
+            stored.release()
+            throw CryptoError.internalFailure
+        }
+        return scratch
     }
 }
