@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Measures two builds of `locker` against each other on the benchmark's
+# small files: in each round, `put -r` of the files into a new store with
+# each build, then `get -r` of them into a new directory with each, the
+# build that goes first alternating from round to round. Each build has a
+# device of its own (passcode-protected, objects of class C, as in
+# compare.sh), and nothing is deleted until the end (ext4 creates files
+# slowly for a minute after a mass deletion; see docs/performance.md).
+# The first round's fetched trees are compared with the source.
+#
+# Prints, for each operation and for wall, user and system CPU time (the
+# CLI's, from /usr/bin/time), each build's median (min–max), the median
+# of the per-round ratios B / A (min–max), and in how many rounds B took
+# less. Only these paired ratios say anything: the same command moves by
+# more than any change measured here from one minute to the next.
+#
+# Usage: Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]   (16, 20000)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[ $# -ge 2 ] || { echo "usage: Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]" >&2; exit 64; }
+bins=("$1" "$2")
+rounds="${3:-16}"
+files="${4:-20000}"
+[ -x /usr/bin/time ] || { echo "needs /usr/bin/time (Debian package 'time')" >&2; exit 1; }
+
+work="$(mktemp -d /tmp/locker-paired.XXXXXX)"
+cleanup() {
+  for b in 0 1; do LOCKER_DEVICE="$work/dev$b" "${bins[$b]}" reboot >/dev/null 2>&1 || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+python3 Tools/bench/compare.py gen-small "$work/src" "$files" 2
+for b in 0 1; do
+  printf '1234\n' | LOCKER_DEVICE="$work/dev$b" "${bins[$b]}" init --passcode-stdin --store "$work/init$b" >/dev/null
+done
+raw="$work/raw"
+: > "$raw"
+# One timed command: "ROUND BUILD OP wall user sys" into $raw.
+timed() {
+  local r=$1 b=$2 op=$3 t
+  shift 3
+  sync
+  t=$( { /usr/bin/time -f "%e %U %S" "$@" >/dev/null; } 2>&1 | tail -n 1)
+  echo "$r $b $op $t" >> "$raw"
+}
+for r in $(seq 1 "$rounds"); do
+  if [ $((r % 2)) -eq 1 ]; then order="0 1"; else order="1 0"; fi
+  for b in $order; do
+    LOCKER_DEVICE="$work/dev$b" LOCKER_STORE="$work/store$b.$r" \
+      timed "$r" "$b" put "${bins[$b]}" put -r "$work/src" /data --class C
+  done
+  for b in $order; do
+    LOCKER_DEVICE="$work/dev$b" LOCKER_STORE="$work/store$b.$r" \
+      timed "$r" "$b" get "${bins[$b]}" get -r /data "$work/fetch$b.$r"
+  done
+  echo "round $r of $rounds: $(tail -n 4 "$raw" | awk '{printf "%s %s %ss  ", ($2 == 0 ? "A" : "B"), $3, $4}')" >&2
+done
+for b in 0 1; do
+  diff -r "$work/src" "$work/fetch$b.1" >/dev/null || { echo "build ${bins[$b]} fetched another tree" >&2; exit 1; }
+done
+
+python3 - "$raw" <<'EOF'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    r, b, op, *t = line.split()
+    runs[(int(r), int(b), op)] = [float(x) for x in t]
+rounds = sorted({k[0] for k in runs})
+print("| operation | time | A median (min–max) | B median (min–max) | B / A, paired median (min–max) | rounds B took less |")
+print("|---|---|---|---|---|---|")
+for op in ("put", "get"):
+    for i, name in enumerate(("wall", "user", "sys")):
+        a = [runs[(r, 0, op)][i] for r in rounds]
+        b = [runs[(r, 1, op)][i] for r in rounds]
+        ratios = [y / x for x, y in zip(a, b) if x > 0]
+        less = sum(1 for x, y in zip(a, b) if y < x)
+        print(f"| {op} -r | {name} | {statistics.median(a):.2f} ({min(a):.2f}–{max(a):.2f}) "
+              f"| {statistics.median(b):.2f} ({min(b):.2f}–{max(b):.2f}) "
+              f"| {statistics.median(ratios):.3f} ({min(ratios):.2f}–{max(ratios):.2f}) | {less} of {len(rounds)} |")
+EOF
