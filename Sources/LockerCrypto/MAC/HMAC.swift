@@ -118,8 +118,9 @@ private enum ThreadScratch {
     }()
 
     /// This thread's scratch. Not reentrant: a MAC never computes another.
+    /// Without a thread key (none could be made), a scratch of its own.
     static func current() throws -> SecretBytes {
-        guard let key else { throw CryptoError.internalFailure }
+        guard let key else { return try SecretBytes(count: byteCount) { _ in } }
         if let stored = pthread_getspecific(key) {
             return Unmanaged<SecretBytes>.fromOpaque(stored).takeUnretainedValue()
         }
