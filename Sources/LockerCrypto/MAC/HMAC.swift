@@ -30,8 +30,9 @@ public enum HMAC {
     /// Writes the MAC of the concatenation of `message` under `key` to the
     /// first `hash.byteCount` bytes of `out`, which must hold that many.
     /// Secret outputs go straight into the caller's wiped storage; the
-    /// padded key and the inner digest are in a `SecretBytes` of their
-    /// own, and the digest state is cleansed when its context is freed.
+    /// padded key and the inner digest are in this thread's `SecretBytes`
+    /// scratch, wiped before this returns, and the digest state is
+    /// cleansed when its context is freed.
     static func compute(
         _ hash: HashFunction, key: UnsafeRawBufferPointer, message: [UnsafeRawBufferPointer],
         into out: UnsafeMutableRawBufferPointer
