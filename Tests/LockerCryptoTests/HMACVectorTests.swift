@@ -100,8 +100,9 @@ struct HMACVectorTests {
     @Test("MACs on many threads at once, and on threads that end, match the same MACs on one")
     func concurrentMACs() throws {
         // Each thread keeps its own scratch for the padded key: threads
-        // that run MACs together must not see each other's, and a thread
-        // that ends gives its scratch back (its destructor runs).
+        // that run MACs together must not see each other's. These threads
+        // end, so the scratch's destructor runs for each (a release too
+        // many would crash here; one too few, a leak, would not show).
         let keys = (0..<16).map { i in SecretBytes(copying: [UInt8](repeating: UInt8(i), count: 20 + 9 * i)) }
         let messages = (0..<16).map { i in [UInt8](repeating: UInt8(0x80 + i), count: 3 * i) }
         let expected = try (0..<16).map { i in
@@ -123,6 +124,27 @@ struct HMACVectorTests {
         }
         done.wait()
         #expect(mismatches.withLock { $0 } == 0)
+    }
+
+    @Test("keys of exactly a block are used as they are, longer ones hashed", arguments: [
+        (HashFunction.sha256, 64, "9d7511a811179048a4676d7062b657e6a85e0a987220bc130cc070306521ca6e"),
+        (.sha512, 65, "b7ecd25577db125c05b6bf5190c818db5507abce3f568b96c4d9059497870a7c"
+            + "590ed8640d53e6463d974150d82a324e94356a7f85aad33829631bac256132d2"),
+        (.sha512, 100, "f156ce26de1d2c769af2ba0967d11c6590d6738e498f6ad4f34d822ee4f820a5"
+            + "6b71612649749cabf13f002cc9984b24468cf17d298cfefc53706ef03e0c39cb"),
+        (.sha512, 128, "a8af5812f81c709a54d8169371a2fa39c1b65f021ab4f43e1efa704a9ce682c6"
+            + "d3249592d361e3db6afa03e5125c2c8bcdde373c4463802dad45fdfc0a18ddda"),
+        (.sha512, 129, "5dd8d9c91ad7ae43fae1aa8379e7f22d2cba49533170b3ece959b442bd854558"
+            + "46c5c3576e084451b20c4297823224eda6bd257e9bc02e87b30dd2286f2803d0"),
+    ])
+    func blockLengthKeys(hash: HashFunction, keyLength: Int, expected: String) throws {
+        // Key bytes 0, 1, 2, ...; the values come from Python's hmac module
+        // (CPython over OpenSSL's own HMAC), not from this implementation.
+        // SHA-256's block is 64 bytes and SHA-512's 128: a key of exactly a
+        // block is padded, not hashed, and one byte more is hashed.
+        let key = SecretBytes(copying: (0..<keyLength).map { UInt8($0) })
+        let mac = try HMAC.authenticationCode(hash, for: Array("Locker block-length key".utf8), key: key)
+        #expect(mac.hex == expected)
     }
 
     @Test("RFC 4231 test cases 6 and 7: a key longer than the block is hashed first")

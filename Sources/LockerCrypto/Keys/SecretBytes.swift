@@ -22,8 +22,10 @@ internal import Glibc
 ///
 /// Instances are immutable after initialization and safe to share between
 /// threads. The one exception is internal to this module: scratch space
-/// that a function allocates, writes through ``withUnsafeMutableBytes(_:)``
-/// and never shares (the steps of a key wrap).
+/// written through ``withUnsafeMutableBytes(_:)`` and never shared, either
+/// allocated by one function (the steps of a key wrap) or kept by one
+/// thread for as long as it runs and wiped after each use (HMAC's padded
+/// key).
 public final class SecretBytes: @unchecked Sendable {
     private let storage: UnsafeMutableRawBufferPointer
     private let allocationSize: Int

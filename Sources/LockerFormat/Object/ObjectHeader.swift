@@ -129,9 +129,15 @@ public struct ObjectHeader: Sendable, Equatable {
     }
 
     /// The header file's bytes: the sealed header, and the inline data if
-    /// any. The record's nonce is `nonce` if given (fresh, never used
-    /// before with these keys), else drawn here.
-    public func sealed(with keys: MetadataKeys, nonce: AESGCM.Nonce? = nil) throws -> [UInt8] {
+    /// any, under a nonce drawn here.
+    public func sealed(with keys: MetadataKeys) throws -> [UInt8] {
+        try sealed(with: keys, nonce: nil)
+    }
+
+    /// ``sealed(with:)`` under `nonce` if given: fresh, never used before
+    /// with these keys (a batch draws its objects' nonces together). Only
+    /// the package's own modules may choose a nonce.
+    package func sealed(with keys: MetadataKeys, nonce: AESGCM.Nonce?) throws -> [UInt8] {
         try validate()
         var w = ByteWriter(capacity: 512)
         w.write(parentID)
