@@ -57,27 +57,30 @@ public enum HMAC {
             // K0: the key zero-padded to a block, or its digest if longer.
             pad.initializeMemory(as: UInt8.self, repeating: 0)
             if key.count > block {
-                try run(context, hash, [key], into: inner)
+                try digest(context, hash, key, into: inner)
                 pad.copyMemory(from: UnsafeRawBufferPointer(inner))
             } else if key.count > 0 {
                 pad.copyMemory(from: key)
             }
             for i in 0..<block { pad[i] ^= 0x36 }
-            try run(context, hash, [UnsafeRawBufferPointer(pad)] + message, into: inner)
+            try digest(context, hash, UnsafeRawBufferPointer(pad), then: message, into: inner)
             // From K0 ^ ipad to K0 ^ opad.
             for i in 0..<block { pad[i] ^= 0x36 ^ 0x5c }
-            try run(context, hash, [UnsafeRawBufferPointer(pad), UnsafeRawBufferPointer(inner)], into: out)
+            try digest(context, hash, UnsafeRawBufferPointer(pad), then: CollectionOfOne(UnsafeRawBufferPointer(inner)), into: out)
         }
     }
 
-    /// One digest of the concatenation of `parts` into the start of `out`.
-    private static func run(
-        _ context: OpaquePointer, _ hash: HashFunction, _ parts: [UnsafeRawBufferPointer],
+    /// One digest of `first` and then each of `rest`, into the start of
+    /// `out`. The parts are passed as they are: no array is made per MAC.
+    private static func digest(
+        _ context: OpaquePointer, _ hash: HashFunction, _ first: UnsafeRawBufferPointer,
+        then rest: some Sequence<UnsafeRawBufferPointer> = EmptyCollection(),
         into out: UnsafeMutableRawBufferPointer
     ) throws {
         var length: UInt32 = 0
         var ok = EVP_DigestInit_ex2(context, try hash.evp, nil) == 1
-        for part in parts where ok && part.count > 0 {
+        ok = ok && (first.isEmpty || EVP_DigestUpdate(context, first.baseAddress, first.count) == 1)
+        for part in rest where ok && part.count > 0 {
             ok = EVP_DigestUpdate(context, part.baseAddress, part.count) == 1
         }
         ok = ok && EVP_DigestFinal_ex(context, out.baseAddress!.assumingMemoryBound(to: UInt8.self), &length) == 1
