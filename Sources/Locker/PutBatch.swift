@@ -44,6 +44,49 @@ extension Store {
         }
     }
 
+    /// `items` in the order a batch of them is best written in: when they
+    /// come from several directories, split (between directories) into
+    /// one part per worker, and the parts interleaved, so that objects
+    /// taken one after another, by different threads, are created in
+    /// different directories. Two threads creating files in one directory
+    /// take turns at its lock, and while ext4 searches long for a free
+    /// inode (for minutes after a mass deletion) one spins while the other
+    /// creates (`Tools/bench/directory-contention.py`; docs/performance.md,
+    /// "Writers in different directories"). The same items, each once,
+    /// each directory's in their order; all in their own order when they
+    /// are in one directory or the store has one worker.
+    public func orderedForWriting(_ items: [PutBatchItem]) -> [PutBatchItem] {
+        Self.interleavingDirectories(items, ways: options.workers)
+    }
+
+    /// ``orderedForWriting(_:)`` with `ways` parts at most.
+    static func interleavingDirectories(_ items: [PutBatchItem], ways: Int) -> [PutBatchItem] {
+        guard ways > 1, items.count > 1 else { return items }
+        // Where each run of items with the same parent starts.
+        var runStarts: [Int] = [0]
+        for i in 1..<items.count where !items[i].path.hasSameParent(as: items[i - 1].path) {
+            runStarts.append(i)
+        }
+        guard runStarts.count > 1 else { return items }
+        // Parts of about equal counts, each a whole number of runs: each
+        // cut at the start of a run nearest to an equal share.
+        var cuts: [Int] = []
+        for part in 1..<ways {
+            let target = items.count * part / ways
+            guard let nearest = runStarts.dropFirst().min(by: { abs($0 - target) < abs($1 - target) }) else { break }
+            if nearest > (cuts.last ?? 0) { cuts.append(nearest) }
+        }
+        let bounds = [0] + cuts + [items.count]
+        let parts = zip(bounds, bounds.dropFirst()).map { $0..<$1 }
+        guard parts.count > 1 else { return items }
+        var ordered: [PutBatchItem] = []
+        ordered.reserveCapacity(items.count)
+        for offset in 0..<(parts.map(\.count).max() ?? 0) {
+            for part in parts where offset < part.count { ordered.append(items[part.lowerBound + offset]) }
+        }
+        return ordered
+    }
+
     /// The most objects one batch holds. Each object with a data file
     /// holds it open and locked until its header commits, so a batch
     /// needs a descriptor per such object beside the caller's (see

@@ -342,7 +342,8 @@ struct Put: ParsableCommand {
         func flush(drain: Bool = false) throws {
             if !pending.isEmpty {
                 let previous = reading
-                reading = (pending, store.readAhead(pending))
+                let items = store.orderedForWriting(pending)
+                reading = (items, store.readAhead(items))
                 pending.removeAll(keepingCapacity: true)
                 pendingBytes = 0
                 pendingDataFiles = 0
