@@ -3,7 +3,7 @@ internal import LockerDevice
 public import LockerFormat
 internal import Foundation
 
-/// What ``Store/listForFetch(_:)`` found in a directory.
+/// What ``Store/listForFetch(_:inlineBudget:)`` found in a directory.
 public struct FetchListing {
     public let directories: [StorePath]
     public let objects: [FetchEntry]
@@ -47,7 +47,7 @@ public struct PreparedRead {
 }
 
 extension Store {
-    /// Unwraps the file keys of entries listed by ``listForFetch(_:)``
+    /// Unwraps the file keys of entries listed by ``listForFetch(_:inlineBudget:)``
     /// together (one request to the agent per 256 keys). Throws what
     /// ``read(_:range:into:)`` would throw for the first entry that cannot
     /// be read now. Class A and B keys are asked for again when each
@@ -84,7 +84,9 @@ extension Store {
     /// directory itself throws ``StoreError/integrity(path:what:)``.
     /// The entries are looked at on all cores (a header read may wait for
     /// the disk, and each name and header is opened with AES-GCM).
-    public func listForFetch(_ path: StorePath) throws -> FetchListing {
+    /// At most `inlineBudget` bytes of small objects' data are kept with
+    /// their headers; the rest is read again when written.
+    public func listForFetch(_ path: StorePath, inlineBudget: Int = Store.fetchInlineBudget) throws -> FetchListing {
         let directory = try self.directory(at: path)
         let entries = try listedEntries(of: directory)
         enum Found {
@@ -102,7 +104,7 @@ extension Store {
         var damaged: [StoreError] = []
         // Small objects' data comes with their headers; a listing keeps at
         // most this much of it, so a huge directory does not fill memory.
-        var inlineBudget = Self.fetchInlineBudget
+        var inlineBudget = inlineBudget
         for start in stride(from: 0, to: entries.count, by: window) {
             let count = min(window, entries.count - start)
             // Each iteration writes only its own slot.
@@ -187,6 +189,7 @@ extension Store {
         try read(prepared.path, into: sink)
     }
 
-    /// The inline data one ``listForFetch(_:)`` keeps.
-    static let fetchInlineBudget = 16 << 20
+    /// The inline data one ``listForFetch(_:inlineBudget:)`` keeps unless
+    /// told otherwise.
+    public static let fetchInlineBudget = 16 << 20
 }

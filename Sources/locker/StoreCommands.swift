@@ -1220,15 +1220,6 @@ final class TreeExport: @unchecked Sendable {
     }
 }
 
-/// A store, the objects of a group and their result slots, used from
-/// several threads: `Store` is safe to use from several threads, and each
-/// thread reads its own objects and writes its own slot.
-struct UncheckedStore: @unchecked Sendable {
-    let store: Store
-    let group: [PreparedRead]
-    let slots: UnsafeMutableBufferPointer<(written: WrittenFile?, error: (any Error)?)>
-}
-
 /// A file a `get -r` wrote: under `temporary` until it is renamed to
 /// `target` (the same name if it was written straight to its target), and
 /// the token of its cleanup (``Interruption/creatingTemporary(_:in:_:)``)

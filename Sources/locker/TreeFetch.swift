@@ -127,7 +127,10 @@ struct TreeFetch {
     ///
     /// Directories are fetched one at a time, depth first, each one's
     /// files before its subdirectories, so that one listing is held at a
-    /// time; the next directory's listing is read on another thread while
+    /// time, except that a directory's last group of files, if it goes
+    /// straight to its names and holds at most 4 MiB, waits to be written
+    /// together with the next directory's first (``fetchGroups(_:)``);
+    /// the next directory's listing is read on another thread while
     /// this one's files are written: its headers may wait on the disk
     /// while writing computes (measured, `get -r` of 20,000 small objects
     /// into a new directory with a cold page cache, medians of 4: 1.45 s
@@ -148,20 +151,65 @@ struct TreeFetch {
         // sight.
         var stack: [(source: StorePath, parent: LocalPlace?, name: String, shownAs: String?, seen: FileStatus?, export: TreeExport?)] =
             [(source, nil, "", nil, nil, export)]
-        var next: (path: StorePath, listing: Prefetch<FetchListing>)?
-        defer { _ = try? next?.listing.wait() }
+        // The listings of the next directories, read ahead in the order
+        // they are entered. Two: a directory's last group may wait for the
+        // next one's first, and the one after must be ready when that pair
+        // is written. Each keeps half the inline data a listing keeps
+        // otherwise, so that the two, with the one being written and a
+        // waiting group, hold about what one listing and the next did
+        // before (measured, docs/performance.md, "Writers in different
+        // directories").
+        let ahead = ListingsAhead(store, from: source, count: 2, inlineBudget: Store.fetchInlineBudget / 2)
+        defer { ahead.stop() }
         // The last directories written into: the next one's parent is
         // usually one of them.
         var recent: [LocalDirectory] = []
+        // A group written with the next directory's first: two threads
+        // creating files in one directory take turns at its lock, and while
+        // ext4 searches long for free inodes (for minutes after a mass
+        // deletion) one spins while the other creates; in two directories
+        // they create at once (see Store.orderedForWriting).
+        var held: Group?
+        /// Writes the groups together, then settles each in turn.
+        func write(_ groups: [Group]) throws {
+            let results = fetchGroups(groups)
+            for (group, results) in zip(groups, results) {
+                let local = group.local
+                // A damaged object's partial file goes now, as does one
+                // that cannot be read now when those are left out; the
+                // others are fetched on.
+                var written: [WrittenFile] = []
+                var failure: (any Error)?
+                for (object, result) in zip(group.objects, results) {
+                    if let error = result.error as? StoreError, error.isIntegrity {
+                        result.written?.remove(in: local)
+                        noteDamage(error, object.entry)
+                    } else if let report, let error = result.error, let leftOut = Outcome(leavingOut: error) {
+                        result.written?.remove(in: local)
+                        report(object.path.description, object.entry, leftOut)
+                    } else {
+                        if let file = result.written { written.append(file) }
+                        if let error = result.error {
+                            failure = failure ?? error
+                        } else {
+                            report?(object.path.description, object.entry, .written)
+                        }
+                    }
+                }
+                if let export = group.export {
+                    export.add(written, in: local)
+                    if let failure { throw failure }
+                    if export.isFull { try export.commitWaiting() }
+                } else {
+                    if let failure { throw failure }
+                    count += written.count
+                }
+            }
+        }
         while let (source, parentPlace, name, shownAs, seen, export) = stack.popLast() {
             let listing: FetchListing
             do {
-                if let prefetched = next, prefetched.path == source {
-                    next = nil
-                    listing = try prefetched.listing.wait()
-                } else {
-                    listing = try store.listForFetch(source)
-                }
+                listing = try ahead.listing(of: source)
             } catch let error as StoreError where parentPlace != nil && error.isIntegrity {
                 // A subdirectory whose record is damaged: nothing below it
                 // can be named, so it is left out whole, and not made.
@@ -193,64 +241,79 @@ struct TreeFetch {
                     stack.append((directory, local.place, directory.name, nil, seen, export))
                 }
             }
-            if let (path, _, _, _, _, _) = stack.last {
-                next = (path, Prefetch { try store.listForFetch(path) })
-            }
             let objects = listing.objects
             for start in stride(from: 0, to: objects.count, by: 256) {
                 try Interruption.check()
-                let group = try prepareReads(Array(objects[start..<min(objects.count, start + 256)]))
-                // Both cores: a small object is one chunk, decrypted on one.
-                let results = fetchGroup(group, into: local, temporaries: export != nil)
-                // A damaged object's partial file goes now, as does one
-                // that cannot be read now when those are left out; the
-                // others are fetched on.
-                var written: [WrittenFile] = []
-                var failure: (any Error)?
-                for (object, result) in zip(group, results) {
-                    if let error = result.error as? StoreError, error.isIntegrity {
-                        result.written?.remove(in: local)
-                        noteDamage(error, object.entry)
-                    } else if let report, let error = result.error, let leftOut = Outcome(leavingOut: error) {
-                        result.written?.remove(in: local)
-                        report(object.path.description, object.entry, leftOut)
-                    } else {
-                        if let file = result.written { written.append(file) }
-                        if let error = result.error {
-                            failure = failure ?? error
-                        } else {
-                            report?(object.path.description, object.entry, .written)
-                        }
-                    }
+                let group = Group(objects: try prepareReads(Array(objects[start..<min(objects.count, start + 256)])),
+                                  local: local, export: export)
+                if let waiting = held, group.export == nil {
+                    held = nil
+                    try write([waiting, group])
+                    continue
                 }
-                if let export {
-                    export.add(written, in: local)
-                    if let failure { throw failure }
-                    if export.isFull { try export.commitWaiting() }
+                if let waiting = held {
+                    held = nil
+                    try write([waiting])
+                }
+                if group.mayWait && start + 256 >= objects.count && report == nil {
+                    // A directory's last group waits for the next
+                    // directory's first, to be written with it.
+                    held = group
                 } else {
-                    if let failure { throw failure }
-                    count += written.count
+                    try write([group])
                 }
             }
+        }
+        if let waiting = held {
+            held = nil
+            try write([waiting])
         }
         return count
     }
 
-    /// Writes each object of `group` to a new file in `local`, several at
-    /// once: a temporary file beside its target when `temporaries` is set,
-    /// else the target itself. Each result holds the file written (if one
-    /// was created) and the error, if any.
-    private func fetchGroup(_ group: [PreparedRead], into local: LocalDirectory, temporaries: Bool)
-        -> [(written: WrittenFile?, error: (any Error)?)] {
+    /// Objects of one directory, their reads prepared, to be written into
+    /// `local` (through `export`, if any).
+    private struct Group {
+        let objects: [PreparedRead]
+        let local: LocalDirectory
+        let export: TreeExport?
+
+        /// Whether it may be written after the next directory is entered:
+        /// only files written straight to their names, whose directory
+        /// nothing else depends on until the whole tree is published, and
+        /// only a few MiB of them, so that what a fetch holds in memory
+        /// stays about what it held before (the listing being written and
+        /// the next one).
+        var mayWait: Bool { export == nil && objects.reduce(0) { $0 + $1.size } <= 4 << 20 }
+    }
+
+    /// Writes each object of `groups` to a new file in its group's
+    /// directory, several at once, the groups' objects taken in turn (so
+    /// that two threads are mostly in different directories): a temporary
+    /// file beside its target when the group has an export, else the
+    /// target itself. Each group's results hold, for each object, the file
+    /// written (if one was created) and the error, if any.
+    private func fetchGroups(_ groups: [Group]) -> [[(written: WrittenFile?, error: (any Error)?)]] {
         typealias Result = (written: WrittenFile?, error: (any Error)?)
+        // The objects in the order they are taken: the first of each
+        // group, then the second of each, and so on.
+        var order: [(group: Int, index: Int)] = []
+        order.reserveCapacity(groups.reduce(0) { $0 + $1.objects.count })
+        for index in 0..<(groups.map(\.objects.count).max() ?? 0) {
+            for (g, group) in groups.enumerated() where index < group.objects.count { order.append((g, index)) }
+        }
         // Each iteration writes only its own slot of a buffer allocated up
         // front (not an array, whose elements threads may not write at once).
-        let slots = UnsafeMutableBufferPointer<Result>.allocate(capacity: group.count)
+        let slots = UnsafeMutableBufferPointer<Result>.allocate(capacity: order.count)
         slots.initialize(repeating: (nil, nil))
         defer { slots.deinitialize().deallocate() }
-        let shared = UncheckedStore(store: store, group: group, slots: slots)
-        DispatchQueue.concurrentPerform(iterations: group.count) { i in
-            let object = shared.group[i]
+        let shared = UncheckedGroups(store: store, groups: groups, order: order, slots: slots)
+        DispatchQueue.concurrentPerform(iterations: order.count) { i in
+            let (g, index) = shared.order[i]
+            let group = shared.groups[g]
+            let object = group.objects[index]
+            let local = group.local
+            let temporaries = group.export != nil
             let target = object.path.name
             let temporary = temporaries ? ".locker-" + UUID().uuidString + ".tmp" : target
             do {
@@ -284,7 +347,19 @@ struct TreeFetch {
                 shared.slots[i].error = error
             }
         }
-        return Array(slots)
+        var results = groups.map { [Result](repeating: (nil, nil), count: $0.objects.count) }
+        for (i, (g, index)) in order.enumerated() { results[g][index] = slots[i] }
+        return results
+    }
+
+    /// What the threads of ``fetchGroups(_:)`` share: `Store` is safe to
+    /// use from several threads, and each thread reads its own objects and
+    /// writes its own slot.
+    private struct UncheckedGroups: @unchecked Sendable {
+        let store: Store
+        let groups: [Group]
+        let order: [(group: Int, index: Int)]
+        let slots: UnsafeMutableBufferPointer<(written: WrittenFile?, error: (any Error)?)>
     }
 
     private func noteDamage(_ error: StoreError, _ entry: FetchEntry? = nil) {
@@ -310,5 +385,76 @@ struct TreeFetch {
                 }
             }
         }
+    }
+}
+
+/// The listings of a tree's directories (``Store/listForFetch(_:inlineBudget:)``),
+/// read on a thread of its own in the order ``TreeFetch`` enters them: depth
+/// first from the top, a directory's subdirectories in the order of its
+/// listing, each with everything below it before the next. At most `count`
+/// listings wait to be taken; the next is read as soon as one is.
+///
+/// A listing that fails is handed on as its error, and nothing below that
+/// directory is listed (the fetch does not enter it). Asked for another
+/// directory than the next in that order, it stops reading ahead, and
+/// every listing from then on is read when asked for.
+final class ListingsAhead: @unchecked Sendable {
+    private let store: Store
+    private let condition = NSCondition()
+    private let done = DispatchGroup()
+    // Guarded by `condition`:
+    private var ready: [(path: StorePath, listing: Result<FetchListing, any Error>)] = []
+    private var finished = false
+    private var stopped = false
+
+    init(_ store: Store, from top: StorePath, count: Int, inlineBudget: Int) {
+        self.store = store
+        done.enter()
+        Thread { [self] in
+            defer {
+                condition.withLock {
+                    finished = true
+                    condition.broadcast()
+                }
+                done.leave()
+            }
+            var stack = [top]
+            while let path = stack.popLast() {
+                let stop = condition.withLock {
+                    while ready.count >= count && !stopped { condition.wait() }
+                    return stopped
+                }
+                if stop { return }
+                let listing = Result { try store.listForFetch(path, inlineBudget: inlineBudget) }
+                if case .success(let found) = listing { stack.append(contentsOf: found.directories.reversed()) }
+                condition.withLock {
+                    ready.append((path, listing))
+                    condition.broadcast()
+                }
+            }
+        }.start()
+    }
+
+    /// The listing of `path`, or the error reading it gave.
+    func listing(of path: StorePath) throws -> FetchListing {
+        let next = condition.withLock {
+            while ready.isEmpty && !finished && !stopped { condition.wait() }
+            defer { condition.broadcast() }
+            return ready.isEmpty ? nil : ready.removeFirst()
+        }
+        if let next, next.path == path { return try next.listing.get() }
+        stop()
+        return try store.listForFetch(path)
+    }
+
+    /// Reads no more ahead, and returns once the listing being read, if
+    /// any, is done.
+    func stop() {
+        condition.withLock {
+            stopped = true
+            ready.removeAll()
+            condition.broadcast()
+        }
+        done.wait()
     }
 }

@@ -12,15 +12,25 @@
 # CLI's, from /usr/bin/time), each build's median (min–max), the median
 # of the per-round ratios B / A (min–max), and in how many rounds B took
 # less. Only these paired ratios say anything: the same command moves by
-# more than any change measured here from one minute to the next.
+# more than any change measured here from one minute to the next. Then
+# each build's median wall time when it went first in its round and when
+# it went second: in a slow phase the first run of a round is slowed by
+# what came before it, which the paired ratios mix in.
 #
-# Usage: Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]   (16, 20000)
+# With CHURN=N in the environment, each round begins by copying the
+# small files N times and deleting the copies: that puts ext4 in its slow
+# phase for creating files (docs/performance.md, "Writers in different
+# directories"), which lasts for minutes, so that both builds are
+# measured in it.
+#
+# Usage: [CHURN=N] Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]   (16, 20000)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { echo "usage: Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]" >&2; exit 64; }
 bins=("$1" "$2")
 rounds="${3:-16}"
 files="${4:-20000}"
+churn="${CHURN:-0}"
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (Debian package 'time')" >&2; exit 1; }
 
 work="$(mktemp -d /tmp/locker-paired.XXXXXX)"
@@ -45,6 +55,10 @@ timed() {
   echo "$r $b $op $t" >> "$raw"
 }
 for r in $(seq 1 "$rounds"); do
+  if [ "$churn" -gt 0 ]; then
+    for c in $(seq 1 "$churn"); do cp -r "$work/src" "$work/churn$c"; done
+    rm -rf "$work"/churn*
+  fi
   if [ $((r % 2)) -eq 1 ]; then order="0 1"; else order="1 0"; fi
   for b in $order; do
     LOCKER_DEVICE="$work/dev$b" LOCKER_STORE="$work/store$b.$r" \
@@ -78,4 +92,19 @@ for op in ("put", "get"):
         print(f"| {op} -r | {name} | {statistics.median(a):.2f} ({min(a):.2f}–{max(a):.2f}) "
               f"| {statistics.median(b):.2f} ({min(b):.2f}–{max(b):.2f}) "
               f"| {statistics.median(ratios):.3f} ({min(ratios):.2f}–{max(ratios):.2f}) | {less} of {len(rounds)} |")
+# A goes first in odd rounds, B in even ones. Where the first run of a
+# round is slowed by what came before it (a slow phase of file creation),
+# the paired ratios mix that in; each build's wall time by its place in
+# the round does not.
+if len(rounds) >= 2:
+    print()
+    print("| operation | wall, going first: A, B, B / A | wall, going second: A, B, B / A |")
+    print("|---|---|---|")
+    for op in ("put", "get"):
+        cells = []
+        for a_first in (True, False):
+            a = statistics.median([runs[(r, 0, op)][0] for r in rounds if (r % 2 == 1) == a_first])
+            b = statistics.median([runs[(r, 1, op)][0] for r in rounds if (r % 2 == 0) == a_first])
+            cells.append(f"{a:.2f}, {b:.2f}, {b / a:.3f}")
+        print(f"| {op} -r | {cells[0]} | {cells[1]} |")
 EOF
