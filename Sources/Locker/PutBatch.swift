@@ -52,7 +52,7 @@ extension Store {
     /// take turns at its lock, and while ext4 searches long for a free
     /// inode (for minutes after a mass deletion) one spins while the other
     /// creates (`Tools/bench/directory-contention.py`; docs/performance.md,
-    /// "Writers in different directories"). The same items, each once,
+    /// "After pass 23: writers in different directories"). The same items, each once,
     /// each directory's in their order; all in their own order when they
     /// are in one directory or the store has one worker.
     public func orderedForWriting(_ items: [PutBatchItem]) -> [PutBatchItem] {
@@ -62,27 +62,38 @@ extension Store {
     /// ``orderedForWriting(_:)`` with `ways` parts at most.
     static func interleavingDirectories(_ items: [PutBatchItem], ways: Int) -> [PutBatchItem] {
         guard ways > 1, items.count > 1 else { return items }
-        // Where each run of items with the same parent starts.
-        var runStarts: [Int] = [0]
-        for i in 1..<items.count where !items[i].path.hasSameParent(as: items[i - 1].path) {
-            runStarts.append(i)
+        // Each directory's items, the directories in the order they first
+        // come: a walk puts a subdirectory's files between its parent's.
+        var groupOf: [StorePath: Int] = [:]
+        var groups: [[Int]] = []
+        for (i, item) in items.enumerated() {
+            let parent = item.path.parent
+            if let g = groupOf[parent] {
+                groups[g].append(i)
+            } else {
+                groupOf[parent] = groups.count
+                groups.append([i])
+            }
         }
-        guard runStarts.count > 1 else { return items }
-        // Parts of about equal counts, each a whole number of runs: each
-        // cut at the start of a run nearest to an equal share.
-        var cuts: [Int] = []
-        for part in 1..<ways {
-            let target = items.count * part / ways
-            guard let nearest = runStarts.dropFirst().min(by: { abs($0 - target) < abs($1 - target) }) else { break }
-            if nearest > (cuts.last ?? 0) { cuts.append(nearest) }
+        guard groups.count > 1 else { return items }
+        // Parts of whole directories and about equal counts: a part ends
+        // before a directory when ending it there is at least as near to
+        // its share as ending it after.
+        var parts: [[Int]] = [[]]
+        var placed = 0
+        for group in groups {
+            let end = items.count * parts.count / ways
+            if !parts[parts.count - 1].isEmpty, parts.count < ways, abs(placed - end) <= abs(placed + group.count - end) {
+                parts.append([])
+            }
+            parts[parts.count - 1] += group
+            placed += group.count
         }
-        let bounds = [0] + cuts + [items.count]
-        let parts = zip(bounds, bounds.dropFirst()).map { $0..<$1 }
         guard parts.count > 1 else { return items }
         var ordered: [PutBatchItem] = []
         ordered.reserveCapacity(items.count)
         for offset in 0..<(parts.map(\.count).max() ?? 0) {
-            for part in parts where offset < part.count { ordered.append(items[part.lowerBound + offset]) }
+            for part in parts where offset < part.count { ordered.append(items[part[offset]]) }
         }
         return ordered
     }
@@ -149,7 +160,7 @@ extension Store {
         guard items.count <= Self.maxBatchCount else { throw StoreError.invalidPath("more than \(Self.maxBatchCount) objects in one batch") }
         guard Set(items.map(\.path)).count == items.count else { throw StoreError.invalidPath("the same path twice in one batch") }
         if let tree, tree.isFinished { throw StoreError.invalidPath("the staged tree is already published") }
-        guard early.count == items.count else { throw StoreError.invalidPath("a read-ahead window started for another batch") }
+        guard early.isStarted(for: items) else { throw StoreError.invalidPath("a read-ahead window started for another batch") }
         for item in items { try checkDepth(item.path) }
 
         // Where each object goes, and its class.

@@ -172,8 +172,11 @@ public final class ReadAheadWindow: @unchecked Sendable {
         consumed.deallocate()
     }
 
-    /// How many items the window was started for.
-    var count: Int { items.count }
+    /// Whether the window was started for `items`: the same paths in the
+    /// same order (it reads each source for the object at its index).
+    func isStarted(for items: [PutBatchItem]) -> Bool {
+        self.items.count == items.count && zip(self.items, items).allSatisfy { $0.path == $1.path }
+    }
 
     // MARK: Readers
 

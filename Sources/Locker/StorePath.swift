@@ -43,13 +43,6 @@ public struct StorePath: Sendable, Hashable, CustomStringConvertible {
     public var name: String { components.last ?? "" }
     public var parent: StorePath { StorePath(components: Array(components.dropLast())) }
 
-    /// Whether `self` and `other` are in the same directory (by the bytes
-    /// of its path, as ``==``); the root's parent is taken to be itself.
-    public func hasSameParent(as other: StorePath) -> Bool {
-        let a = components.dropLast(), b = other.components.dropLast()
-        return a.count == b.count && zip(a, b).allSatisfy { $0.sameBytes(as: $1) }
-    }
-
     public func appending(_ name: String) -> StorePath { StorePath(components: components + [name]) }
 
     /// Whether `self` is `other` or lies below it.

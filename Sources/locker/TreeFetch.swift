@@ -125,20 +125,26 @@ struct TreeFetch {
     /// in `damaged`; the rest is fetched. So is an object that cannot be
     /// read now, when ``report`` is set.
     ///
-    /// Directories are fetched one at a time, depth first, each one's
-    /// files before its subdirectories, so that one listing is held at a
-    /// time, except that a directory's last group of files, if it goes
-    /// straight to its names and holds at most 4 MiB, waits to be written
-    /// together with the next directory's first (``fetchGroups(_:)``);
-    /// the next directory's listing is read on another thread while
-    /// this one's files are written: its headers may wait on the disk
-    /// while writing computes (measured, `get -r` of 20,000 small objects
-    /// into a new directory with a cold page cache, medians of 4: 1.45 s
-    /// listing then writing, 1.34 s overlapped).
+    /// Directories are entered one at a time, depth first, each one's
+    /// files written before its subdirectories', with one exception: a
+    /// directory's last group of files, if it goes straight to its names
+    /// (never through an export) and holds at most 4 MiB, may wait to be
+    /// written together with the next directory's first
+    /// (``fetchGroups(_:)``), so that the two threads create files in two
+    /// directories (every other directory's last group waits: one just
+    /// written with the one before it does not). The listings of the next
+    /// two directories are read ahead on a thread of their own
+    /// (``ListingsAhead``) while files are written: their headers may wait
+    /// on the disk while writing computes (measured with one listing
+    /// ahead, `get -r` of 20,000 small objects into a new directory with a
+    /// cold page cache, medians of 4: 1.45 s listing then writing, 1.34 s
+    /// overlapped). So up to three listings are held (each keeping at most
+    /// 8 MiB of small objects' data), with a waiting group.
     ///
     /// A directory waiting its turn is kept by its place, not open, so
     /// that a wide tree holds few descriptors; it is opened again through
-    /// no link, and only if it is the directory it was.
+    /// no link, and only if it is the directory it was. (The directory of
+    /// a waiting group stays open until the group is written: one more.)
     private func fetchDirectory(_ source: StorePath, into top: LocalDirectory,
                                 _ destination: LocalDestination, _ export: TreeExport?) throws -> Int {
         let store = self.store
@@ -154,11 +160,12 @@ struct TreeFetch {
         // The listings of the next directories, read ahead in the order
         // they are entered. Two: a directory's last group may wait for the
         // next one's first, and the one after must be ready when that pair
-        // is written. Each keeps half the inline data a listing keeps
-        // otherwise, so that the two, with the one being written and a
-        // waiting group, hold about what one listing and the next did
-        // before (measured, docs/performance.md, "Writers in different
-        // directories").
+        // is written. Each keeps half the small objects' data a listing
+        // keeps otherwise: the three, with a waiting group, keep at most
+        // 28 MiB of it, where one listing and the next kept 32 MiB (names
+        // and headers, which grow with a directory's size, are held for
+        // three listings now, not two). See docs/performance.md, "After
+        // pass 23: writers in different directories".
         let ahead = ListingsAhead(store, from: source, count: 2, inlineBudget: Store.fetchInlineBudget / 2)
         defer { ahead.stop() }
         // The last directories written into: the next one's parent is
@@ -257,7 +264,9 @@ struct TreeFetch {
                 }
                 if group.mayWait && start + 256 >= objects.count && report == nil {
                     // A directory's last group waits for the next
-                    // directory's first, to be written with it.
+                    // directory's first, to be written with it. (Not with
+                    // `export`'s report: its reports, in the manifest's
+                    // order, would come out of order.)
                     held = group
                 } else {
                     try write([group])
@@ -385,76 +394,5 @@ struct TreeFetch {
                 }
             }
         }
-    }
-}
-
-/// The listings of a tree's directories (``Store/listForFetch(_:inlineBudget:)``),
-/// read on a thread of its own in the order ``TreeFetch`` enters them: depth
-/// first from the top, a directory's subdirectories in the order of its
-/// listing, each with everything below it before the next. At most `count`
-/// listings wait to be taken; the next is read as soon as one is.
-///
-/// A listing that fails is handed on as its error, and nothing below that
-/// directory is listed (the fetch does not enter it). Asked for another
-/// directory than the next in that order, it stops reading ahead, and
-/// every listing from then on is read when asked for.
-final class ListingsAhead: @unchecked Sendable {
-    private let store: Store
-    private let condition = NSCondition()
-    private let done = DispatchGroup()
-    // Guarded by `condition`:
-    private var ready: [(path: StorePath, listing: Result<FetchListing, any Error>)] = []
-    private var finished = false
-    private var stopped = false
-
-    init(_ store: Store, from top: StorePath, count: Int, inlineBudget: Int) {
-        self.store = store
-        done.enter()
-        Thread { [self] in
-            defer {
-                condition.withLock {
-                    finished = true
-                    condition.broadcast()
-                }
-                done.leave()
-            }
-            var stack = [top]
-            while let path = stack.popLast() {
-                let stop = condition.withLock {
-                    while ready.count >= count && !stopped { condition.wait() }
-                    return stopped
-                }
-                if stop { return }
-                let listing = Result { try store.listForFetch(path, inlineBudget: inlineBudget) }
-                if case .success(let found) = listing { stack.append(contentsOf: found.directories.reversed()) }
-                condition.withLock {
-                    ready.append((path, listing))
-                    condition.broadcast()
-                }
-            }
-        }.start()
-    }
-
-    /// The listing of `path`, or the error reading it gave.
-    func listing(of path: StorePath) throws -> FetchListing {
-        let next = condition.withLock {
-            while ready.isEmpty && !finished && !stopped { condition.wait() }
-            defer { condition.broadcast() }
-            return ready.isEmpty ? nil : ready.removeFirst()
-        }
-        if let next, next.path == path { return try next.listing.get() }
-        stop()
-        return try store.listForFetch(path)
-    }
-
-    /// Reads no more ahead, and returns once the listing being read, if
-    /// any, is done.
-    func stop() {
-        condition.withLock {
-            stopped = true
-            ready.removeAll()
-            condition.broadcast()
-        }
-        done.wait()
     }
 }

@@ -997,6 +997,38 @@ struct TreeCLITests {
     /// 300 bytes: a store name may be longer than a local one (255 bytes),
     /// so a fetch of /b fails (File name too long) once /a's files, first
     /// in name order, are written. Returns NAME and /a's files.
+    /// A directory's last group of files waits to be written with the next
+    /// directory's first (two threads, two directories). When an object of
+    /// the waiting group fails, the error names it (not one of the next
+    /// directory's, written in the same round), and everything both groups
+    /// wrote goes with the directories built out of sight.
+    @Test func fetchFailureInAGroupWrittenWithTheNextDirectorysFiles() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let name = String(repeating: "n", count: 300)
+            try f.put("/a/" + name, sampleBytes("long"))
+            try f.put("/a/ok", sampleBytes("ok"))
+            for i in 0..<40 { try f.put("/b/f\(i)", sampleBytes("b\(i)", size: 100 + i)) }
+            let existing = f.root + "/existing"
+            try FileManager.default.createDirectory(atPath: existing, withIntermediateDirectories: false)
+            let new = f.root + "/new"
+            for dest in [new, existing] {
+                let fetched = try f.raw(["get", "-r", "/", dest])
+                #expect(fetched.status == 1, "\(fetched)")
+                #expect(fetched.stderr == "locker: error: cannot write \(dest)/a/\(name): File name too long\n", "\(fetched)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: new))
+            #expect(localFiles(existing).isEmpty, "\(localFiles(existing))")
+            #expect(localFiles(f.root).allSatisfy { !$0.contains(".locker-") }, "\(localFiles(f.root))")
+            // Without the failing object, both directories arrive whole.
+            try f.ok(["rm", "/a/" + name])
+            let fetched = try f.ok(["get", "-r", "/", new])
+            #expect(fetched.stdout.contains("Fetched 41 objects"), "\(fetched)")
+            #expect(FileManager.default.contents(atPath: new + "/a/ok") == sampleBytes("ok"))
+            for i in 0..<40 { #expect(FileManager.default.contents(atPath: new + "/b/f\(i)") == sampleBytes("b\(i)", size: 100 + i)) }
+        }
+    }
+
     private func storeWithANameTooLongLocally(_ f: CLIFixture) throws -> (name: String, files: [String: Data]) {
         try f.initialize()
         let files = ["a/one": sampleBytes("one", size: 1000), "a/two": sampleBytes("two", size: 70_000)]

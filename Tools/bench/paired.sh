@@ -19,18 +19,19 @@
 #
 # With CHURN=N in the environment, each round begins by copying the
 # small files N times and deleting the copies: that puts ext4 in its slow
-# phase for creating files (docs/performance.md, "Writers in different
-# directories"), which lasts for minutes, so that both builds are
+# phase for creating files (docs/performance.md, "After pass 23: writers
+# in different directories"), which lasts for minutes, so that both builds are
 # measured in it.
 #
 # Usage: [CHURN=N] Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]   (16, 20000)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -ge 2 ] || { echo "usage: Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]" >&2; exit 64; }
+[ $# -ge 2 ] || { echo "usage: [CHURN=N] Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]" >&2; exit 64; }
 bins=("$1" "$2")
 rounds="${3:-16}"
 files="${4:-20000}"
 churn="${CHURN:-0}"
+[[ $churn =~ ^[0-9]+$ ]] || { echo "CHURN must be a count of copies, not '$churn'" >&2; exit 64; }
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (Debian package 'time')" >&2; exit 1; }
 
 work="$(mktemp -d /tmp/locker-paired.XXXXXX)"
