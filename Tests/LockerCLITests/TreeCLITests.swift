@@ -1009,17 +1009,8 @@ struct TreeCLITests {
             try f.put("/a/" + name, sampleBytes("long"))
             try f.put("/a/ok", sampleBytes("ok"))
             for i in 0..<40 { try f.put("/b/f\(i)", sampleBytes("b\(i)", size: 100 + i)) }
-            let existing = f.root + "/existing"
-            try FileManager.default.createDirectory(atPath: existing, withIntermediateDirectories: false)
+            try expectFetchOfTheStoreFailsCleanly(f, naming: "a/" + name)
             let new = f.root + "/new"
-            for dest in [new, existing] {
-                let fetched = try f.raw(["get", "-r", "/", dest])
-                #expect(fetched.status == 1, "\(fetched)")
-                #expect(fetched.stderr == "locker: error: cannot write \(dest)/a/\(name): File name too long\n", "\(fetched)")
-            }
-            #expect(!FileManager.default.fileExists(atPath: new))
-            #expect(localFiles(existing).isEmpty, "\(localFiles(existing))")
-            #expect(localFiles(f.root).allSatisfy { !$0.contains(".locker-") }, "\(localFiles(f.root))")
             // Without the failing object, both directories arrive whole.
             try f.ok(["rm", "/a/" + name])
             let fetched = try f.ok(["get", "-r", "/", new])
@@ -1113,18 +1104,25 @@ struct TreeCLITests {
     @Test func fetchErrorsNameThePathUnderDestination() throws {
         try withStoreFixture { f in
             let (name, _) = try storeWithANameTooLongLocally(f)
-            let existing = f.root + "/existing"
-            try FileManager.default.createDirectory(atPath: existing, withIntermediateDirectories: false)
-            let new = f.root + "/new"
-            for dest in [new, existing] {
-                let fetched = try f.raw(["get", "-r", "/", dest])
-                #expect(fetched.status == 1, "\(fetched)")
-                #expect(fetched.stderr == "locker: error: cannot write \(dest)/b/\(name): File name too long\n", "\(fetched)")
-            }
-            #expect(!FileManager.default.fileExists(atPath: new))
-            #expect(localFiles(existing).isEmpty, "\(localFiles(existing))")
-            #expect(localFiles(f.root).allSatisfy { !$0.contains(".locker-") }, "\(localFiles(f.root))")
+            try expectFetchOfTheStoreFailsCleanly(f, naming: "b/" + name)
         }
+    }
+
+    /// `get -r /` into a new DEST and into an existing empty one fails
+    /// (exit 1) with a name too long locally, `path` under DEST, and
+    /// leaves nothing: no DEST, nothing in the existing one, no temporary.
+    private func expectFetchOfTheStoreFailsCleanly(_ f: CLIFixture, naming path: String) throws {
+        let existing = f.root + "/existing"
+        try FileManager.default.createDirectory(atPath: existing, withIntermediateDirectories: false)
+        let new = f.root + "/new"
+        for dest in [new, existing] {
+            let fetched = try f.raw(["get", "-r", "/", dest])
+            #expect(fetched.status == 1, "\(fetched)")
+            #expect(fetched.stderr == "locker: error: cannot write \(dest)/\(path): File name too long\n", "\(fetched)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: new))
+        #expect(localFiles(existing).isEmpty, "\(localFiles(existing))")
+        #expect(localFiles(f.root).allSatisfy { !$0.contains(".locker-") }, "\(localFiles(f.root))")
     }
 
     /// Whether this process may mount a tmpfs (root, outside a sandbox
