@@ -10,8 +10,12 @@ internal import Foundation
 /// directory is listed (the fetch does not enter it). Asked for another
 /// directory than the next in that order, it stops reading ahead, and
 /// every listing from then on is read when asked for.
+///
+/// Must be stopped (``stop()``): until then its thread holds it, and up to
+/// `count` listings.
 public final class ListingsAhead: @unchecked Sendable {
     private let store: Store
+    private let inlineBudget: Int
     private let condition = NSCondition()
     private let done = DispatchGroup()
     // Guarded by `condition`:
@@ -24,6 +28,7 @@ public final class ListingsAhead: @unchecked Sendable {
     public init(_ store: Store, from top: StorePath, count: Int, inlineBudget: Int = Store.fetchInlineBudget) {
         precondition(count > 0, "at least one listing ahead")
         self.store = store
+        self.inlineBudget = inlineBudget
         done.enter()
         Thread { [self] in
             defer {
@@ -66,7 +71,7 @@ public final class ListingsAhead: @unchecked Sendable {
         }
         if let next, next.path == path { return try next.listing.get() }
         stop()
-        return try store.listForFetch(path)
+        return try store.listForFetch(path, inlineBudget: inlineBudget)
     }
 
     /// Reads no more ahead, and returns once the listing being read, if

@@ -46,7 +46,7 @@ extension Store {
 
     /// `items` in the order a batch of them is best written in: when they
     /// come from several directories, split (between directories) into
-    /// one part per worker, and the parts interleaved, so that objects
+    /// at most one part per worker, and the parts interleaved, so that objects
     /// taken one after another, by different threads, are created in
     /// different directories. Two threads creating files in one directory
     /// take turns at its lock, and while ext4 searches long for a free
@@ -160,7 +160,7 @@ extension Store {
         guard items.count <= Self.maxBatchCount else { throw StoreError.invalidPath("more than \(Self.maxBatchCount) objects in one batch") }
         guard Set(items.map(\.path)).count == items.count else { throw StoreError.invalidPath("the same path twice in one batch") }
         if let tree, tree.isFinished { throw StoreError.invalidPath("the staged tree is already published") }
-        guard early.isStarted(for: items) else { throw StoreError.invalidPath("a read-ahead window started for another batch") }
+        guard early.isStarted(for: items) else { throw StoreError.invalidPath("a read-ahead window started for another batch, or stopped") }
         for item in items { try checkDepth(item.path) }
 
         // Where each object goes, and its class.

@@ -172,10 +172,12 @@ public final class ReadAheadWindow: @unchecked Sendable {
         consumed.deallocate()
     }
 
-    /// Whether the window was started for `items`: the same paths in the
-    /// same order (it reads each source for the object at its index).
+    /// Whether the window was started for `items` and not stopped: the
+    /// same paths in the same order (it reads each source for the object
+    /// at its index: the sources read are those it was started with).
     func isStarted(for items: [PutBatchItem]) -> Bool {
-        self.items.count == items.count && zip(self.items, items).allSatisfy { $0.path == $1.path }
+        guard condition.withLock({ !stopped }) else { return false }
+        return self.items.count == items.count && zip(self.items, items).allSatisfy { $0.path == $1.path }
     }
 
     // MARK: Readers

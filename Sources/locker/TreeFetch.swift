@@ -130,9 +130,10 @@ struct TreeFetch {
     /// directory's last group of files, if it goes straight to its names
     /// (never through an export) and holds at most 4 MiB, may wait to be
     /// written together with the next directory's first
-    /// (``fetchGroups(_:)``), so that the two threads create files in two
-    /// directories (every other directory's last group waits: one just
-    /// written with the one before it does not). The listings of the next
+    /// (``fetchGroups(_:)``), so that threads create files in two
+    /// directories, not one (a directory of at most 256 files whose group
+    /// was just written with the one before it does not wait: so every
+    /// other one, where directories are that small). The listings of the next
     /// two directories are read ahead on a thread of their own
     /// (``ListingsAhead``) while files are written: their headers may wait
     /// on the disk while writing computes (measured with one listing
@@ -265,8 +266,8 @@ struct TreeFetch {
                 if group.mayWait && start + 256 >= objects.count && report == nil {
                     // A directory's last group waits for the next
                     // directory's first, to be written with it. (Not with
-                    // `export`'s report: its reports, in the manifest's
-                    // order, would come out of order.)
+                    // a `report`, which `export` gives: its reports, in the
+                    // manifest's order, would come out of order.)
                     held = group
                 } else {
                     try write([group])

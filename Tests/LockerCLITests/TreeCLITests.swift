@@ -993,26 +993,25 @@ struct TreeCLITests {
         }
     }
 
-    /// A new store holding /a/one and /a/two, then /b/NAME, where NAME is
-    /// 300 bytes: a store name may be longer than a local one (255 bytes),
-    /// so a fetch of /b fails (File name too long) once /a's files, first
-    /// in name order, are written. Returns NAME and /a's files.
     /// A directory's last group of files waits to be written with the next
-    /// directory's first (two threads, two directories). When an object of
-    /// the waiting group fails, the error names it (not one of the next
-    /// directory's, written in the same round), and everything both groups
-    /// wrote goes with the directories built out of sight.
+    /// directory's first (threads in two directories). When objects of both
+    /// groups fail, the error names the waiting group's (the first in the
+    /// order of the tree), and everything both groups wrote goes with the
+    /// directories built out of sight.
     @Test func fetchFailureInAGroupWrittenWithTheNextDirectorysFiles() throws {
         try withStoreFixture { f in
             try f.initialize()
             let name = String(repeating: "n", count: 300)
+            let other = String(repeating: "m", count: 300)
             try f.put("/a/" + name, sampleBytes("long"))
             try f.put("/a/ok", sampleBytes("ok"))
             for i in 0..<40 { try f.put("/b/f\(i)", sampleBytes("b\(i)", size: 100 + i)) }
+            try f.put("/b/" + other, sampleBytes("other"))
             try expectFetchOfTheStoreFailsCleanly(f, naming: "a/" + name)
             let new = f.root + "/new"
-            // Without the failing object, both directories arrive whole.
+            // Without the failing objects, both directories arrive whole.
             try f.ok(["rm", "/a/" + name])
+            try f.ok(["rm", "/b/" + other])
             let fetched = try f.ok(["get", "-r", "/", new])
             #expect(fetched.stdout.contains("Fetched 41 objects"), "\(fetched)")
             #expect(FileManager.default.contents(atPath: new + "/a/ok") == sampleBytes("ok"))
@@ -1020,6 +1019,11 @@ struct TreeCLITests {
         }
     }
 
+    /// A new store holding /a/one and /a/two, then /b/NAME, where NAME is
+    /// 300 bytes: a store name may be longer than a local one (255 bytes),
+    /// so a fetch of /b fails (File name too long); /a's files come first
+    /// in name order (`get -r` may write /a's small file in the same round
+    /// as /b's). Returns NAME and /a's files.
     private func storeWithANameTooLongLocally(_ f: CLIFixture) throws -> (name: String, files: [String: Data]) {
         try f.initialize()
         let files = ["a/one": sampleBytes("one", size: 1000), "a/two": sampleBytes("two", size: 70_000)]

@@ -79,6 +79,7 @@ import Testing
             try makeTree(store)
             let ahead = ListingsAhead(store, from: try StorePath("/t"), count: 1)
             ahead.stop()
+            #expect(!ahead.isReadingAhead)
             #expect(objectNames(try ahead.listing(of: try StorePath("/t/a"))) == ["/t/a/f1", "/t/a/f2"])
         }
     }

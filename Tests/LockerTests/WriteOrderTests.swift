@@ -24,8 +24,8 @@ import Testing
         #expect(try ordered(["/x"], ways: 2) == ["/x"])
     }
 
-    /// Cut at the run boundary nearest half the batch, the halves taken in
-    /// turn; the rest of the longer half follows in its order.
+    /// Cut between directories nearest half the batch, the halves taken
+    /// in turn; the rest of the longer half follows in its order.
     @Test func twoWaysCutsBetweenDirectoriesAndAlternates() throws {
         let paths = ["/a/1", "/a/2", "/a/3", "/b/1", "/b/2", "/c/1", "/c/2", "/c/3"]
         #expect(try ordered(paths, ways: 2) == ["/a/1", "/b/1", "/a/2", "/b/2", "/a/3", "/c/1", "/c/2", "/c/3"])
@@ -59,19 +59,29 @@ import Testing
     /// anything is written.
     @Test func aBatchInThatOrderStoresEachObjectsOwnBytes() throws {
         try StoreSmokeTests.withStore { store, _ in
-            var items: [PutBatchItem] = []
-            var contents: [String: [UInt8]] = [:]
+            var contents: [(path: String, data: [UInt8])] = []
             for d in 0..<4 {
                 for f in 0..<(5 + d) {
                     let path = "/d\(d)/f\(f)"
-                    contents[path] = Array("\(path) ".utf8) + StoreSmokeTests.noise(100 * (f + 1) + d)
-                    items.append(try StoreSmokeTests.item(path, contents[path]!))
+                    contents.append((path, Array("\(path) ".utf8) + StoreSmokeTests.noise(100 * (f + 1) + d)))
                 }
             }
-            let ordered = store.orderedForWriting(items)
-            #expect(ordered.map(\.path) != items.map(\.path), "two workers: the directories are interleaved")
-            #expect(throws: StoreError.self) { try store.stageBatch(ordered, readAhead: store.readAhead(items)) }
+            // Each source with its length, so that it is read ahead; made
+            // anew for each batch, as a source is read once.
+            func items() throws -> [PutBatchItem] {
+                var items: [PutBatchItem] = []
+                for (path, data) in contents {
+                    var item = try StoreSmokeTests.item(path, data)
+                    item.expectedLength = UInt64(data.count)
+                    items.append(item)
+                }
+                return items
+            }
+            let refused = store.orderedForWriting(try items())
+            #expect(refused.map(\.path) != (try items()).map(\.path), "two workers: the directories are interleaved")
+            #expect(throws: StoreError.self) { try store.stageBatch(refused, readAhead: store.readAhead(try items())) }
             #expect(try StoreSmokeTests.names(store, "/").isEmpty)
+            let ordered = store.orderedForWriting(try items())
             try store.commit(try store.stageBatch(ordered, readAhead: store.readAhead(ordered)))
             for (path, data) in contents {
                 var read: [UInt8] = []
