@@ -31,6 +31,17 @@ public struct PutBatchItem {
     }
 }
 
+/// The first element of each part, then the second of each, and so on;
+/// a part that runs out is passed over. Every element once.
+package func takingTurns<Element>(_ parts: [[Element]]) -> [Element] {
+    var taken: [Element] = []
+    taken.reserveCapacity(parts.reduce(0) { $0 + $1.count })
+    for offset in 0..<(parts.map(\.count).max() ?? 0) {
+        for part in parts where offset < part.count { taken.append(part[offset]) }
+    }
+    return taken
+}
+
 extension Store {
     /// Runs `body` for each of `count` objects: on `threadsPerWorker` times
     /// as many threads as the store has workers when it has more than one,
@@ -89,13 +100,10 @@ extension Store {
             parts[parts.count - 1] += group
             placed += group.count
         }
-        guard parts.count > 1 else { return items }
-        var ordered: [PutBatchItem] = []
-        ordered.reserveCapacity(items.count)
-        for offset in 0..<(parts.map(\.count).max() ?? 0) {
-            for part in parts where offset < part.count { ordered.append(items[part[offset]]) }
-        }
-        return ordered
+        // (With two directories or more, the last always starts a part:
+        // ending the first part at the batch's end is never nearer its
+        // share.)
+        return takingTurns(parts).map { items[$0] }
     }
 
     /// The most objects one batch holds. Each object with a data file

@@ -307,11 +307,7 @@ struct TreeFetch {
         typealias Result = (written: WrittenFile?, error: (any Error)?)
         // The objects in the order they are taken: the first of each
         // group, then the second of each, and so on.
-        var order: [(group: Int, index: Int)] = []
-        order.reserveCapacity(groups.reduce(0) { $0 + $1.objects.count })
-        for index in 0..<(groups.map(\.objects.count).max() ?? 0) {
-            for (g, group) in groups.enumerated() where index < group.objects.count { order.append((g, index)) }
-        }
+        let order = takingTurns(groups.indices.map { g in groups[g].objects.indices.map { (group: g, index: $0) } })
         // Each iteration writes only its own slot of a buffer allocated up
         // front (not an array, whose elements threads may not write at once).
         let slots = UnsafeMutableBufferPointer<Result>.allocate(capacity: order.count)

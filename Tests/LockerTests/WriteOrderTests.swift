@@ -14,6 +14,14 @@ import Testing
         Store.interleavingDirectories(try items(paths), ways: ways).map(\.path.description)
     }
 
+    /// Parts taken in turn, a part that ran out passed over: what both
+    /// `put -r`'s batch order and `get -r`'s pairs of groups use.
+    @Test func partsTakenInTurn() {
+        #expect(takingTurns([[1, 2, 3], [4], [], [5, 6]]) == [1, 4, 5, 2, 6, 3])
+        #expect(takingTurns([[Int]]()) == [])
+        #expect(takingTurns([[], [7]]) == [7])
+    }
+
     @Test func oneDirectoryOrOneWorkerKeepsTheOrder() throws {
         let one = ["/d/a", "/d/b", "/d/c", "/d/d"]
         #expect(try ordered(one, ways: 2) == one)
