@@ -19,7 +19,8 @@
 #   --raw FILE       also keep the raw measurements (TSV) in FILE
 #   --no-setup       do not install missing Debian packages
 #   --settle N       seconds to wait after deleting a round of a dataset of
-#                    more than 1,000 files (default 65; see docs/performance.md)
+#                    more than 1,000 files, when the disk has no room to
+#                    keep every round (default 65; see docs/performance.md)
 # Progress goes to stderr, the report (Markdown) to stdout.
 set -euo pipefail
 export LC_ALL=C
@@ -450,8 +451,31 @@ run_dataset() {
   local ds=$1 kind=$2 src=$3 bytes want files i t shuffled order line
   local dir="$src"; [ "$kind" = file ] && dir="$(dirname "$src")"
   bytes=$(sz "$dir"); want=$(treesum "$dir"); files=$(find "$dir" -type f | wc -l)
+  # After a mass deletion, ext4 without a journal skips every inode freed
+  # in the last 60 s when it allocates one, and in the last 360 s while
+  # the inode's table block is dirty (recently_deleted() in ialloc.c);
+  # creating files in those groups dirties those blocks again. So a
+  # round deleted, synced and left to settle for a minute still slows
+  # the next round's file creation for minutes, for whoever runs then.
+  # A dataset of many files therefore keeps every round until the script
+  # exits (they go with its work directory), when the disk has room for
+  # them beside the rest of the run: about 16 times the dataset a round
+  # (each tool's store and fetch, and a margin), and the large put and
+  # get. Else each round is deleted and settled as before, and the
+  # report says so.
+  local keep=0
+  if [ "$files" -gt 1000 ]; then
+    local need free
+    need=$(( (runs + 1) * 16 * bytes / 1024 + (2 * big_gib + 2) * 1024 * 1024 ))
+    free=$(df -Pk "$work" | awk 'NR == 2 {print $4}')
+    if [ "$free" -gt "$need" ]; then keep=1
+    else log "$ds: $((free >> 20)) GiB free, $((need >> 20)) GiB needed to keep every round: each is deleted after it, and the next may run while ext4 creates files slowly"
+    fi
+    put_kv "kept.$ds" "$keep"
+  fi
   for i in $(seq 0 "$runs"); do
     export R="$work/round"
+    if [ "$keep" -eq 1 ]; then R="$work/round.$ds.$i"; fi
     rm -rf "$R"; mkdir -p "$R"
     export LOCKER_STORE="$R/locker-store"
     shuffled=$(python3 "$py" order "$ds-$i" "${tools[@]}") || die "could not order the tools"
@@ -483,12 +507,12 @@ run_dataset() {
       [ "$files" -gt 1000 ] || rm -rf "$R/fetch.$t"
     done
     [ "$gocrypt" -eq 1 ] && gc_umount
-    rm -rf "$R" "$BORG_BASE_DIR" "$RESTIC_CACHE_DIR"; sync
-    # After mass deletions ext4 skips every inode freed in the last 60 s
-    # when it allocates one (recently_deleted() in ialloc.c), which makes
-    # creating files many times slower for whoever runs next. Let the
-    # window pass, so no tool pays for this harness's cleanup.
-    if [ "$files" -gt 1000 ] && [ "$settle" -gt 0 ]; then sleep "$settle"; fi
+    if [ "$keep" -eq 0 ]; then rm -rf "$R"; fi
+    # (The caches are a few files each.)
+    rm -rf "$BORG_BASE_DIR" "$RESTIC_CACHE_DIR"; sync
+    # Let the deletion's window pass (see above), so no tool pays for
+    # this harness's cleanup, as far as a minute's wait allows.
+    if [ "$keep" -eq 0 ] && [ "$files" -gt 1000 ] && [ "$settle" -gt 0 ]; then sleep "$settle"; fi
     log "$ds $( [ "$i" -eq 0 ] && echo warm-up || echo "run $i/$runs")  $line"
   done
 }
