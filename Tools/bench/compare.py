@@ -208,9 +208,9 @@ def report(results, kvpath):
     if "skipped" in kv:
         P("Skipped: %s." % kv["skipped"])
     for k in sorted(k for k in kv if k.startswith("kept.")):
-        P("Dataset %s: %s." % (k[5:], "every round kept until the dataset ended (no deletion between measurements)"
-                                if kv[k] == "1" else "each round deleted after it, for want of disk space; "
-                                "file creation may have been slow in the next"))
+        P("Dataset %s: %s." % (k[5:], "every round kept until the run ended (no deletion between measurements)"
+                                if kv[k] == "1" else "each round deleted after it (not ext4, or for want of "
+                                "disk space or inodes); on ext4 file creation may have been slow in the next"))
     P()
     P("## Machine")
     P()

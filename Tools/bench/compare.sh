@@ -19,8 +19,9 @@
 #   --raw FILE       also keep the raw measurements (TSV) in FILE
 #   --no-setup       do not install missing Debian packages
 #   --settle N       seconds to wait after deleting a round of a dataset of
-#                    more than 1,000 files, when the disk has no room to
-#                    keep every round (default 65; see docs/performance.md)
+#                    more than 1,000 files, when the rounds are not all
+#                    kept (not ext4, or no room) (default 65; see
+#                    docs/performance.md)
 # Progress goes to stderr, the report (Markdown) to stdout.
 set -euo pipefail
 export LC_ALL=C
@@ -179,7 +180,8 @@ for i in 0 1 2 3; do
   [ "$(stat -c %s "$D/random/r$i.bin")" -eq $((per << 20)) ] || die "could not generate $D/random/r$i.bin"
 done
 python3 "$py" gen-small "$D/small" "$small" 2
-sz() { find "$1" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}'; }
+# (printf: mawk prints sums past 2^31 in exponent form, which $(( )) refuses.)
+sz() { find "$1" -type f -printf '%s\n' | awk '{s += $1} END {printf "%.0f\n", s}'; }
 lz4c=$(lz4 -1 -c "$D/textfile/text.bin" | wc -c)
 ratio=$(awk -v a="$(sz "$D/textfile")" -v b="$lz4c" 'BEGIN {printf "%.2f", a / b}')
 put_kv text_ratio "$ratio"
@@ -458,18 +460,26 @@ run_dataset() {
   # round deleted, synced and left to settle for a minute still slows
   # the next round's file creation for minutes, for whoever runs then.
   # A dataset of many files therefore keeps every round until the script
-  # exits (they go with its work directory), when the disk has room for
-  # them beside the rest of the run: about 16 times the dataset a round
-  # (each tool's store and fetch, and a margin), and the large put and
-  # get. Else each round is deleted and settled as before, and the
-  # report says so.
+  # exits (they go with its work directory; so wait six minutes before
+  # the next run), on ext4 (`stat -f` says ext2/ext3) and when the disk
+  # has room for them beside the rest of the run: blocks and inodes for
+  # about 16 times the dataset a round (each tool's store and fetch, and
+  # a margin), and three times the large object (its source, store and
+  # fetch) and 3 GiB more. Else each round is deleted and settled as
+  # before, and the report says so.
   local keep=0
   if [ "$files" -gt 1000 ]; then
-    local need free
-    need=$(( (runs + 1) * 16 * bytes / 1024 + (2 * big_gib + 2) * 1024 * 1024 ))
+    local need free inodes fstype
+    need=$(( (runs + 1) * 16 * $(du -sk "$dir" | cut -f1) + (3 * big_gib + 3) * 1024 * 1024 ))
     free=$(df -Pk "$work" | awk 'NR == 2 {print $4}')
-    if [ "$free" -gt "$need" ]; then keep=1
-    else log "$ds: $((free >> 20)) GiB free, $((need >> 20)) GiB needed to keep every round: each is deleted after it, and the next may run while ext4 creates files slowly"
+    inodes=$(df -Pi "$work" | awk 'NR == 2 {print $4}')
+    fstype=$(stat -f -c %T "$work")
+    if [ "$fstype" != "ext2/ext3" ]; then
+      log "$ds: $work is on $fstype, not ext4: each round is deleted after it"
+    elif [ "$free" -gt "$need" ] && [ "$inodes" -gt $(( (runs + 1) * 16 * files )) ]; then
+      keep=1
+    else
+      log "$ds: $((free >> 20)) GiB and $inodes inodes free, $((need >> 20)) GiB and $(( (runs + 1) * 16 * files )) inodes needed to keep every round: each is deleted after it, and the next may run while ext4 creates files slowly"
     fi
     put_kv "kept.$ds" "$keep"
   fi
@@ -501,9 +511,9 @@ run_dataset() {
         line+=" disk $last_wall"
         rm -rf "$R/fetch.disk"
       fi
-      # A tree of many files is kept until the round ends, so that no
-      # deletion of many files falls between two measurements (see the
-      # settle below); a few large files go now, freeing their memory.
+      # A tree of many files is kept at least until the round ends, so
+      # that no deletion of many files falls between two measurements
+      # (see above); a few large files go now, freeing their memory.
       [ "$files" -gt 1000 ] || rm -rf "$R/fetch.$t"
     done
     [ "$gocrypt" -eq 1 ] && gc_umount

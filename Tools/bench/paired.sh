@@ -5,7 +5,7 @@
 # build that goes first alternating from round to round. Each build has a
 # device of its own (passcode-protected, objects of class C, as in
 # compare.sh), and nothing is deleted until the end (ext4 creates files
-# slowly for a minute after a mass deletion; see docs/performance.md).
+# slowly for minutes after a mass deletion; see docs/performance.md).
 # The first round's fetched trees are compared with the source.
 #
 # Prints, for each operation and for wall, user and system CPU time (the
