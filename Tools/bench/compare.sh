@@ -469,17 +469,18 @@ run_dataset() {
   # before, and the report says so.
   local keep=0
   if [ "$files" -gt 1000 ]; then
-    local need free inodes fstype
+    local need need_inodes free inodes fstype
     need=$(( (runs + 1) * 16 * $(du -sk "$dir" | cut -f1) + (3 * big_gib + 3) * 1024 * 1024 ))
+    need_inodes=$(( (runs + 1) * 16 * files ))
     free=$(df -Pk "$work" | awk 'NR == 2 {print $4}')
     inodes=$(df -Pi "$work" | awk 'NR == 2 {print $4}')
     fstype=$(stat -f -c %T "$work")
     if [ "$fstype" != "ext2/ext3" ]; then
       log "$ds: $work is on $fstype, not ext4: each round is deleted after it"
-    elif [ "$free" -gt "$need" ] && [ "$inodes" -gt $(( (runs + 1) * 16 * files )) ]; then
+    elif [ "$free" -gt "$need" ] && [ "$inodes" -gt "$need_inodes" ]; then
       keep=1
     else
-      log "$ds: $((free >> 20)) GiB and $inodes inodes free, $((need >> 20)) GiB and $(( (runs + 1) * 16 * files )) inodes needed to keep every round: each is deleted after it, and the next may run while ext4 creates files slowly"
+      log "$ds: $((free >> 20)) GiB and $inodes inodes free, $((need >> 20)) GiB and $need_inodes inodes needed to keep every round: each is deleted after it, and the next may run while ext4 creates files slowly"
     fi
     put_kv "kept.$ds" "$keep"
   fi
