@@ -485,7 +485,8 @@ public final class Device: @unchecked Sendable {
                 guard old.count == 0 else { throw DeviceError.noPasscode }
                 oldKey = try Self.derivePasscodeKey(nil, kdf: keybag.kdf, keys: keys)
             }
-            let kdf = try Keybag.PasscodeKDF(logN: Self.calibratedLogN(passcodeCost), r: 8, p: 1, salt: SecureRandom.bytes(32))
+            let kdf = try Keybag.PasscodeKDF(logN: Self.passcodeLogN(passcodeCost, current: keybag.kdf), r: 8, p: 1,
+                                             salt: SecureRandom.bytes(32))
             let newKey = try Self.derivePasscodeKey(new, kdf: kdf, keys: keys)
             var updated = keybag
             updated.kdf = kdf
@@ -520,7 +521,8 @@ public final class Device: @unchecked Sendable {
         try transition {
             guard currentState != .wiped, let keybag else { throw DeviceError.wiped }
             guard keybag.hasPasscode else { throw DeviceError.noPasscode }
-            let kdf = try Keybag.PasscodeKDF(logN: Self.calibratedLogN(passcodeCost), r: 8, p: 1, salt: SecureRandom.bytes(32))
+            let kdf = try Keybag.PasscodeKDF(logN: Self.passcodeLogN(passcodeCost, current: keybag.kdf), r: 8, p: 1,
+                                             salt: SecureRandom.bytes(32))
             let passcodeKey = try Self.derivePasscodeKey(newPasscode, kdf: kdf, keys: keys)
             var updated = keybag
             updated.kdf = kdf
@@ -743,6 +745,28 @@ public final class Device: @unchecked Sendable {
     }
 
     // MARK: Key derivation
+
+    /// The scrypt `logN` (with r = 8, p = 1) for a passcode that replaces
+    /// one set with `current`: `cost`'s, or for a calibrated cost, the one
+    /// this machine needs (``calibratedLogN(_:)``), or `current`'s where it
+    /// is that or one step above (``keptLogN(calibrated:current:)``).
+    static func passcodeLogN(_ cost: PasscodeCost, current: Keybag.PasscodeKDF) throws -> UInt8 {
+        let logN = try calibratedLogN(cost)
+        guard case .calibrated = cost, current.r == 8, current.p == 1 else { return logN }
+        return keptLogN(calibrated: logN, current: current.logN)
+    }
+
+    /// `current` where it is `calibrated` or one step above, and within
+    /// ``Options/logNRange``; else `calibrated`. So the cost is never below
+    /// what the calibration asks, and changes only when the machine does.
+    ///
+    /// The calibration's one short timing is noisy on a busy machine:
+    /// recalibrated at every change, a passcode on the 2-core VM this is
+    /// built on got 2^16 or 2^17 about evenly, and its unlock took 131 ms
+    /// after one change and 324 ms after another.
+    static func keptLogN(calibrated: UInt8, current: UInt8) -> UInt8 {
+        Options.logNRange.contains(current) && (current == calibrated || current == calibrated &+ 1) ? current : calibrated
+    }
 
     static func calibratedLogN(_ cost: PasscodeCost) throws -> UInt8 {
         switch cost {
