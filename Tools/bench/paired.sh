@@ -23,14 +23,22 @@
 # in different directories"), which lasts for minutes, so that both builds are
 # measured in it.
 #
-# Usage: [CHURN=N] Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]   (16, 20000)
+# With FILE=PATH in the environment, each round stores and fetches that
+# one file (`put` and `get`) instead of the small files; a large file's
+# fetch goes past the page cache, and `sync` before each command leaves
+# none of the other's writes to the disk. Every round's fetched file is
+# compared with the source, and deleted after.
+#
+# Usage: [CHURN=N] [FILE=PATH] Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]   (16, 20000)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -ge 2 ] || { echo "usage: [CHURN=N] Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]" >&2; exit 64; }
+[ $# -ge 2 ] || { echo "usage: [CHURN=N] [FILE=PATH] Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]" >&2; exit 64; }
 bins=("$1" "$2")
 rounds="${3:-16}"
 files="${4:-20000}"
 churn="${CHURN:-0}"
+file="${FILE:-}"
+[ -z "$file" ] || [ -f "$file" ] || { echo "FILE must name a regular file, not '$file'" >&2; exit 64; }
 [[ $churn =~ ^[0-9]+$ ]] || { echo "CHURN must be a count of copies, not '$churn'" >&2; exit 64; }
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (Debian package 'time')" >&2; exit 1; }
 
@@ -41,7 +49,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-python3 Tools/bench/compare.py gen-small "$work/src" "$files" 2
+if [ -n "$file" ]; then
+  mkdir "$work/src"
+  cp "$file" "$work/src/object"
+else
+  python3 Tools/bench/compare.py gen-small "$work/src" "$files" 2
+fi
 for b in 0 1; do
   printf '1234\n' | LOCKER_DEVICE="$work/dev$b" "${bins[$b]}" init --passcode-stdin --store "$work/init$b" >/dev/null
 done
@@ -62,26 +75,33 @@ for r in $(seq 1 "$rounds"); do
   fi
   if [ $((r % 2)) -eq 1 ]; then order="0 1"; else order="1 0"; fi
   for b in $order; do
-    LOCKER_DEVICE="$work/dev$b" LOCKER_STORE="$work/store$b.$r" \
-      timed "$r" "$b" put "${bins[$b]}" put -r "$work/src" /data --class C
+    if [ -n "$file" ]; then set -- put "$work/src/object" /object; else set -- put -r "$work/src" /data; fi
+    LOCKER_DEVICE="$work/dev$b" LOCKER_STORE="$work/store$b.$r" timed "$r" "$b" put "${bins[$b]}" "$@" --class C
   done
   for b in $order; do
-    LOCKER_DEVICE="$work/dev$b" LOCKER_STORE="$work/store$b.$r" \
-      timed "$r" "$b" get "${bins[$b]}" get -r /data "$work/fetch$b.$r"
+    if [ -n "$file" ]; then set -- get /object "$work/fetch$b.$r"; else set -- get -r /data "$work/fetch$b.$r"; fi
+    LOCKER_DEVICE="$work/dev$b" LOCKER_STORE="$work/store$b.$r" timed "$r" "$b" get "${bins[$b]}" "$@"
   done
+  if [ -n "$file" ]; then
+    for b in 0 1; do
+      cmp -s "$work/src/object" "$work/fetch$b.$r" || { echo "build ${bins[$b]} fetched another file" >&2; exit 1; }
+      rm -rf "$work/store$b.$r" "$work/fetch$b.$r"
+    done
+  fi
   echo "round $r of $rounds: $(tail -n 4 "$raw" | awk '{printf "%s %s %ss  ", ($2 == 0 ? "A" : "B"), $3, $4}')" >&2
 done
 for b in 0 1; do
-  diff -r "$work/src" "$work/fetch$b.1" >/dev/null || { echo "build ${bins[$b]} fetched another tree" >&2; exit 1; }
+  [ -n "$file" ] || diff -r "$work/src" "$work/fetch$b.1" >/dev/null || { echo "build ${bins[$b]} fetched another tree" >&2; exit 1; }
 done
 
-python3 - "$raw" <<'EOF'
+python3 - "$raw" "${file:+file}" <<'EOF'
 import statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
     r, b, op, *t = line.split()
     runs[(int(r), int(b), op)] = [float(x) for x in t]
 rounds = sorted({k[0] for k in runs})
+suffix = "" if len(sys.argv) > 2 and sys.argv[2] == "file" else " -r"
 print("| operation | time | A median (min–max) | B median (min–max) | B / A, paired median (min–max) | rounds B took less |")
 print("|---|---|---|---|---|---|")
 for op in ("put", "get"):
@@ -90,7 +110,7 @@ for op in ("put", "get"):
         b = [runs[(r, 1, op)][i] for r in rounds]
         ratios = [y / x for x, y in zip(a, b) if x > 0]
         less = sum(1 for x, y in zip(a, b) if y < x)
-        print(f"| {op} -r | {name} | {statistics.median(a):.2f} ({min(a):.2f}–{max(a):.2f}) "
+        print(f"| {op}{suffix} | {name} | {statistics.median(a):.2f} ({min(a):.2f}–{max(a):.2f}) "
               f"| {statistics.median(b):.2f} ({min(b):.2f}–{max(b):.2f}) "
               f"| {statistics.median(ratios):.3f} ({min(ratios):.2f}–{max(ratios):.2f}) | {less} of {len(rounds)} |")
 # A goes first in odd rounds, B in even ones. Where the first run of a
@@ -107,5 +127,5 @@ if len(rounds) >= 2:
             a = statistics.median([runs[(r, 0, op)][0] for r in rounds if (r % 2 == 1) == a_first])
             b = statistics.median([runs[(r, 1, op)][0] for r in rounds if (r % 2 == 0) == a_first])
             cells.append(f"{a:.2f}, {b:.2f}, {b / a:.3f}")
-        print(f"| {op} -r | {cells[0]} | {cells[1]} |")
+        print(f"| {op}{suffix} | {cells[0]} | {cells[1]} |")
 EOF
