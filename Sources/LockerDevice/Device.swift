@@ -48,11 +48,17 @@ public final class Device: @unchecked Sendable {
         public func validate() throws {
             guard graceSeconds <= Keybag.maxGraceSeconds else { throw FormatError.invalidField("grace") }
             guard eraseAfter <= Keybag.maxEraseAfter else { throw FormatError.invalidField("erase after") }
-            switch passcodeCost {
+            try Self.validate(passcodeCost)
+        }
+
+        /// Throws `FormatError.invalidField("passcode cost")` for a cost
+        /// outside ``logNRange`` or ``calibrationMilliseconds``.
+        public static func validate(_ cost: PasscodeCost) throws {
+            switch cost {
             case .calibrated(let milliseconds):
-                guard Self.calibrationMilliseconds.contains(milliseconds) else { throw FormatError.invalidField("passcode cost") }
+                guard calibrationMilliseconds.contains(milliseconds) else { throw FormatError.invalidField("passcode cost") }
             case .fixed(let logN):
-                guard Self.logNRange.contains(logN) else { throw FormatError.invalidField("passcode cost") }
+                guard logNRange.contains(logN) else { throw FormatError.invalidField("passcode cost") }
             }
         }
     }
@@ -157,11 +163,17 @@ public final class Device: @unchecked Sendable {
 
     /// Boots the device in `directory`: before first unlock, holding only
     /// class D, or unlocked if it has no passcode. A wiped device boots
-    /// into ``DeviceState/wiped``.
+    /// into ``DeviceState/wiped``. `passcodeCost` is the cost of the
+    /// passcodes it sets from now on; one outside what a device takes
+    /// throws `FormatError.invalidField("passcode cost")` before anything
+    /// is read (``Options/validate(_:)``).
     public static func boot(
         at directory: DeviceDirectory, clock: any DeviceClock = SystemClock(),
         passcodeCost: PasscodeCost = .calibrated(milliseconds: 100)
     ) throws -> Device {
+        // Checked here rather than at the passcode change: a calibration
+        // target of 0 ms made that change trap (log2 of 0).
+        try Options.validate(passcodeCost)
         guard try directory.recordExists() else { throw DeviceError.notInitialized }
         // The directory holds the device secret: keep it private even if
         // its mode was loosened since init.
@@ -747,9 +759,10 @@ public final class Device: @unchecked Sendable {
     // MARK: Key derivation
 
     /// The scrypt `logN` (with r = 8, p = 1) for a passcode that replaces
-    /// one set with `current`: `cost`'s, or for a calibrated cost, the one
-    /// this machine needs (``calibratedLogN(_:)``), or `current`'s where it
-    /// is that or one step above (``keptLogN(calibrated:current:)``).
+    /// one set with `current`. A fixed cost's `logN`, as given. For a
+    /// calibrated cost, which times a short scrypt run: `current.logN`
+    /// where ``keptLogN(calibrated:current:)`` keeps it and `current` has
+    /// r = 8 and p = 1, else the calibration's.
     static func passcodeLogN(_ cost: PasscodeCost, current: Keybag.PasscodeKDF) throws -> UInt8 {
         let logN = try calibratedLogN(cost)
         guard case .calibrated = cost, current.r == 8, current.p == 1 else { return logN }
@@ -757,14 +770,16 @@ public final class Device: @unchecked Sendable {
     }
 
     /// `current` where it is `calibrated` or one step above, and within
-    /// ``Options/logNRange``; else `calibrated`. So the cost is never below
-    /// what the calibration asks, and changes only when the machine does.
-    ///
-    /// The calibration's one short timing is noisy on a busy machine:
-    /// recalibrated at every change, a passcode on the 2-core VM this is
-    /// built on got 2^16 or 2^17 about evenly, and its unlock took 131 ms
-    /// after one change and 324 ms after another.
+    /// ``Options/logNRange``; else `calibrated`. The result is never below
+    /// `calibrated`. Applied at every change, a cost rises whenever a
+    /// calibration asks for more, and falls only when one asks for two or
+    /// more steps less: it settles at the highest value the calibration
+    /// gives on the machine, at most about four times the target.
     static func keptLogN(calibrated: UInt8, current: UInt8) -> UInt8 {
+        // The calibration's one short timing is noisy: recalibrated at
+        // every change, a passcode on a busy 2-core machine got 2^16 or
+        // 2^17 about evenly, and the unlock after one change took twice
+        // as long as after the next (docs/performance.md, "After pass 26").
         Options.logNRange.contains(current) && (current == calibrated || current == calibrated &+ 1) ? current : calibrated
     }
 

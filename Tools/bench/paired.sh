@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Measures two builds of `locker` against each other on the benchmark's
-# small files: in each round, `put -r` of the files into a new store with
+# Measures two builds of `locker` against each other, by default on the
+# benchmark's small files: in each round, `put -r` of the files into a new store with
 # each build, then `get -r` of them into a new directory with each, the
 # build that goes first alternating from round to round. Each build has a
 # device of its own (passcode-protected, objects of class C, as in
@@ -24,21 +24,27 @@
 # measured in it.
 #
 # With FILE=PATH in the environment, each round stores and fetches that
-# one file (`put` and `get`) instead of the small files; a large file's
-# fetch goes past the page cache, and `sync` before each command leaves
-# none of the other's writes to the disk. Every round's fetched file is
-# compared with the source, and deleted after.
+# one file (`put` and `get`) instead of the small files, and `files` is
+# not used; a large file's fetch goes past the page cache, and `sync`
+# before each command leaves none of the other's writes to the disk.
+# Every round's fetched file is compared with the source, and its stores
+# and fetched files are deleted after it (a few files; CHURN, if given,
+# copies FILE instead of the small files).
 #
 # Usage: [CHURN=N] [FILE=PATH] Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]   (16, 20000)
 set -euo pipefail
+# Relative to the caller's directory, not the repository's.
+file="${FILE:-}"
+if [ -n "$file" ]; then
+  file="$(realpath -e -- "$file" 2>/dev/null)" && [ -f "$file" ] \
+    || { echo "FILE must name a regular file, not '${FILE}'" >&2; exit 64; }
+fi
 cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { echo "usage: [CHURN=N] [FILE=PATH] Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]" >&2; exit 64; }
 bins=("$1" "$2")
 rounds="${3:-16}"
 files="${4:-20000}"
 churn="${CHURN:-0}"
-file="${FILE:-}"
-[ -z "$file" ] || [ -f "$file" ] || { echo "FILE must name a regular file, not '$file'" >&2; exit 64; }
 [[ $churn =~ ^[0-9]+$ ]] || { echo "CHURN must be a count of copies, not '$churn'" >&2; exit 64; }
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (Debian package 'time')" >&2; exit 1; }
 
@@ -75,12 +81,12 @@ for r in $(seq 1 "$rounds"); do
   fi
   if [ $((r % 2)) -eq 1 ]; then order="0 1"; else order="1 0"; fi
   for b in $order; do
-    if [ -n "$file" ]; then set -- put "$work/src/object" /object; else set -- put -r "$work/src" /data; fi
-    LOCKER_DEVICE="$work/dev$b" LOCKER_STORE="$work/store$b.$r" timed "$r" "$b" put "${bins[$b]}" "$@" --class C
+    if [ -n "$file" ]; then args=(put "$work/src/object" /object); else args=(put -r "$work/src" /data); fi
+    LOCKER_DEVICE="$work/dev$b" LOCKER_STORE="$work/store$b.$r" timed "$r" "$b" put "${bins[$b]}" "${args[@]}" --class C
   done
   for b in $order; do
-    if [ -n "$file" ]; then set -- get /object "$work/fetch$b.$r"; else set -- get -r /data "$work/fetch$b.$r"; fi
-    LOCKER_DEVICE="$work/dev$b" LOCKER_STORE="$work/store$b.$r" timed "$r" "$b" get "${bins[$b]}" "$@"
+    if [ -n "$file" ]; then args=(get /object "$work/fetch$b.$r"); else args=(get -r /data "$work/fetch$b.$r"); fi
+    LOCKER_DEVICE="$work/dev$b" LOCKER_STORE="$work/store$b.$r" timed "$r" "$b" get "${bins[$b]}" "${args[@]}"
   done
   if [ -n "$file" ]; then
     for b in 0 1; do
