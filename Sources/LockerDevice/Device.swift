@@ -411,7 +411,7 @@ public final class Device: @unchecked Sendable {
                 graceDeadline = nil
                 return
             }
-            let passcodeKey = try verifyPasscode(passcode, keybag: keybag)
+            let (passcodeKey, _) = try verifyPasscode(passcode, keybag: keybag)
             try unwrapPasscodeClasses(passcodeKey: passcodeKey, keybag: keybag)
             currentState = .unlocked
             graceDeadline = nil
@@ -426,8 +426,9 @@ public final class Device: @unchecked Sendable {
     /// by a tag derived from the passcode key: the stored tag tests a guess
     /// no faster than the keybag does, and can never refuse the right
     /// passcode.
-    /// Returns the passcode key on success.
-    private func verifyPasscode(_ passcode: SecretBytes, keybag: Keybag) throws -> SecretBytes {
+    /// Returns the passcode key on success, and how long its derivation
+    /// (scrypt at the keybag's cost, then HKDF) took.
+    private func verifyPasscode(_ passcode: SecretBytes, keybag: Keybag) throws -> (key: SecretBytes, derivation: Duration) {
         let before = try directory.readRecord(macKey: keys.recordMACKey)
         let now = clock.now()
         let attempts = Int(before.failedAttempts)
@@ -441,7 +442,9 @@ public final class Device: @unchecked Sendable {
         record.lastFailureTime = Int64(now.rounded(.down))
         try directory.writeRecord(record, macKey: keys.recordMACKey)
 
+        let start = ContinuousClock.now
         let passcodeKey = try Self.derivePasscodeKey(passcode, kdf: keybag.kdf, keys: keys)
+        let derivation = ContinuousClock.now - start
         let entry = keybag.entry(for: .complete)
         if (try? Self.unwrapClassKey(entry, kek: Self.classKEK(.complete, passcodeKey: passcodeKey))) != nil {
             var cleared = before
@@ -449,7 +452,7 @@ public final class Device: @unchecked Sendable {
             cleared.lastFailureTime = 0
             cleared.lastWrongPasscodeTag = [UInt8](repeating: 0, count: 32)
             try directory.writeRecord(cleared, macKey: keys.recordMACKey)
-            return passcodeKey
+            return (passcodeKey, derivation)
         }
         var tag = try Self.wrongPasscodeTag(passcodeKey: passcodeKey)
         defer { SecretBytes.wipe(&tag) }
@@ -491,13 +494,14 @@ public final class Device: @unchecked Sendable {
             expireGrace()
             guard currentState != .wiped, let keybag else { throw DeviceError.wiped }
             let oldKey: SecretBytes
+            var timed: Duration?
             if keybag.hasPasscode {
-                oldKey = try verifyPasscode(old, keybag: keybag)
+                (oldKey, timed) = try verifyPasscode(old, keybag: keybag)
             } else {
                 guard old.count == 0 else { throw DeviceError.noPasscode }
                 oldKey = try Self.derivePasscodeKey(nil, kdf: keybag.kdf, keys: keys)
             }
-            let kdf = try Keybag.PasscodeKDF(logN: Self.passcodeLogN(passcodeCost, current: keybag.kdf), r: 8, p: 1,
+            let kdf = try Keybag.PasscodeKDF(logN: Self.passcodeLogN(passcodeCost, current: keybag.kdf, timed: timed), r: 8, p: 1,
                                              salt: SecureRandom.bytes(32))
             let newKey = try Self.derivePasscodeKey(new, kdf: kdf, keys: keys)
             var updated = keybag
@@ -760,28 +764,69 @@ public final class Device: @unchecked Sendable {
 
     /// The scrypt `logN` (with r = 8, p = 1) for a passcode that replaces
     /// one set with `current`. A fixed cost's `logN`, as given. For a
-    /// calibrated cost, which times a short scrypt run: `current.logN`
-    /// where ``keptLogN(calibrated:current:)`` keeps it and `current` has
-    /// r = 8 and p = 1, else the calibration's.
-    static func passcodeLogN(_ cost: PasscodeCost, current: Keybag.PasscodeKDF) throws -> UInt8 {
-        let logN = try calibratedLogN(cost)
-        guard case .calibrated = cost, current.r == 8, current.p == 1 else { return logN }
-        return keptLogN(calibrated: logN, current: current.logN)
+    /// calibrated cost, where `current` has r = 8 and p = 1 and a `logN`
+    /// in ``Options/logNRange``: ``retunedLogN(current:took:target:)``
+    /// where `timed` says how long the old passcode's derivation at
+    /// `current` took, else ``keptLogN(calibrated:current:)`` of a
+    /// calibration (which times a short scrypt run). Otherwise the
+    /// calibration's.
+    static func passcodeLogN(_ cost: PasscodeCost, current: Keybag.PasscodeKDF, timed: Duration? = nil) throws -> UInt8 {
+        guard case .calibrated(let milliseconds) = cost, current.r == 8, current.p == 1,
+              Options.logNRange.contains(current.logN) else { return try calibratedLogN(cost) }
+        if let timed {
+            return retunedLogN(current: current.logN, took: timed, target: .milliseconds(milliseconds))
+        }
+        return keptLogN(calibrated: try calibratedLogN(cost), current: current.logN)
+    }
+
+    /// The `logN` for a derivation at `current` that `took` this long:
+    /// raised as far as needed to reach `target` where it took less;
+    /// lowered by as many steps as keep it at 1.1 times `target` or more,
+    /// where it took that much more; else `current`. Within 12…19, as a
+    /// calibration is. A real derivation at the cost itself, unlike the
+    /// calibration's short run, meets the same memory and caches, so it is
+    /// never below `target` by that measure; the 10% between the two rules
+    /// keeps a cost that sits near `target` from moving up and down.
+    static func retunedLogN(current: UInt8, took: Duration, target: Duration) -> UInt8 {
+        // Each step doubles scrypt's time (it is linear in N); Duration's
+        // integer arithmetic keeps the bounds exact.
+        let lowest = Int(calibrationFloor), highest = Int(Options.logNRange.upperBound)
+        var logN = Int(current)
+        if took < target {
+            var time = took
+            while time < target, logN < highest {
+                time *= 2
+                logN += 1
+            }
+        } else {
+            let least = target * 11 / 10
+            var time = took / 2
+            while time >= least, logN > lowest {
+                time /= 2
+                logN -= 1
+            }
+        }
+        return UInt8(min(max(logN, lowest), highest))
     }
 
     /// `current` where it is `calibrated` or one step above, and within
     /// ``Options/logNRange``; else `calibrated`. The result is never below
-    /// `calibrated`. Applied at every change, a cost rises whenever a
-    /// calibration asks for more, and falls only when one asks for two or
-    /// more steps less: it settles at the highest value the calibration
-    /// gives on the machine, at most about four times the target.
+    /// `calibrated`. Applied at every reset (which has no derivation of an
+    /// old passcode to time), a cost rises whenever a calibration asks for
+    /// more, and falls only when one asks for two or more steps less: it
+    /// settles at the highest value the calibration gives on the machine,
+    /// at most about four times the target.
     static func keptLogN(calibrated: UInt8, current: UInt8) -> UInt8 {
         // The calibration's one short timing is noisy: recalibrated at
-        // every change, a passcode on a busy 2-core machine got 2^16 or
-        // 2^17 about evenly, and the unlock after one change took twice
-        // as long as after the next (docs/performance.md, "After pass 26").
+        // every passcode change, a passcode on a busy 2-core machine got
+        // 2^15 or 2^16 about evenly, and the unlock after one change took
+        // twice as long as after the next (docs/performance.md, "After
+        // pass 26").
         Options.logNRange.contains(current) && (current == calibrated || current == calibrated &+ 1) ? current : calibrated
     }
+
+    /// The smallest `logN` a calibration gives: that of its short run.
+    static let calibrationFloor: UInt8 = 12
 
     static func calibratedLogN(_ cost: PasscodeCost) throws -> UInt8 {
         switch cost {
@@ -791,7 +836,7 @@ public final class Device: @unchecked Sendable {
             // scrypt's time is linear in N: time one small run and scale.
             let password = SecretBytes(copying: Array("calibration".utf8))
             let salt = [UInt8](repeating: 0, count: 32)
-            let probe: UInt8 = 12
+            let probe = calibrationFloor
             let start = ContinuousClock.now
             _ = try PasswordKDF.scrypt(password: password, salt: salt,
                                        parameters: .init(n: 1 << UInt64(probe), r: 8, p: 1), outputByteCount: 32)

@@ -4,10 +4,11 @@ import LockerCrypto
 import LockerFormat
 import Testing
 
-/// The scrypt cost of a new passcode: calibrated at `init`, and on a
-/// passcode change or reset kept where it is the calibrated cost or one
-/// step above, so that it never falls below the calibration and does not
-/// move up and down with the noise of one timing.
+/// The scrypt cost of a new passcode: calibrated at `init`; on a passcode
+/// change re-tuned from the time the old passcode's derivation took; on a
+/// reset kept where it is the calibrated cost or one step above. Never
+/// below the target by the measure used, and not moved up and down by the
+/// noise of one timing.
 @Suite struct PasscodeCostTests {
     @Test func keptOnlyAtTheCalibratedCostOrOneStepAbove() {
         let cases: [(calibrated: UInt8, current: UInt8, expected: UInt8)] = [
@@ -24,6 +25,29 @@ import Testing
         }
     }
 
+    @Test func retunedFromTheTimeOfARealDerivation() {
+        let target = Duration.milliseconds(100)
+        let cases: [(current: UInt8, took: Duration, expected: UInt8)] = [
+            (16, .milliseconds(125), 16),  // at or over the target, under 1.1x twice it
+            (16, .milliseconds(100), 16),
+            (16, .milliseconds(99), 17),   // under it: one step up
+            (16, .milliseconds(30), 18),   // as many steps as it takes
+            (17, .milliseconds(219), 17),  // one step down would be under 1.1x the target
+            (17, .milliseconds(220), 16),
+            (17, .milliseconds(250), 16),
+            (17, .milliseconds(1000), 14), // 1000 / 8 = 125 ms, still over 110
+            (13, .milliseconds(1000), 12), // never below the calibration's floor
+            (19, .milliseconds(1), 19),    // nor above 2^19
+            (12, .zero, 19),
+            (10, .milliseconds(20), 13),   // from 10 (a fixed cost's): 20 ms doubled three times
+            (10, .milliseconds(1), 17),
+        ]
+        for c in cases {
+            #expect(Device.retunedLogN(current: c.current, took: c.took, target: target) == c.expected,
+                    "at \(c.current), took \(c.took)")
+        }
+    }
+
     @Test func aFixedCostIsTakenWhateverTheKeybagHas() throws {
         let current = Keybag.PasscodeKDF(logN: 15, r: 8, p: 1, salt: [UInt8](repeating: 1, count: 32))
         // 14 and 15: the keybag's cost is the given one or one step above,
@@ -31,6 +55,8 @@ import Testing
         #expect(try Device.passcodeLogN(.fixed(logN: 14), current: current) == 14)
         #expect(try Device.passcodeLogN(.fixed(logN: 16), current: current) == 16)
         #expect(try Device.passcodeLogN(.fixed(logN: 11), current: current) == 11)
+        // Nor does a timing change it: 1 s at 15 against a fixed 14.
+        #expect(try Device.passcodeLogN(.fixed(logN: 14), current: current, timed: .seconds(1)) == 14)
     }
 
     @Test func aBootCostOutsideTheRangeIsRefusedBeforeAnythingIsRead() throws {
@@ -52,14 +78,18 @@ import Testing
         }
     }
 
-    /// Through the device: a 1 ms target calibrates to the floor, 2^12 (one
-    /// scrypt at 2^12 and r = 8 takes several milliseconds), so what a
-    /// passcode change and a reset leave follows from the cost the device
-    /// was made with alone.
-    @Test(arguments: [(made: UInt8(13), after: UInt8(13)), (made: 12, after: 12), (made: 14, after: 12),
-                      (made: 10, after: 12)])
-    func passcodeChangeAndResetKeepOrRecalibrate(made: UInt8, after: UInt8) throws {
+    /// Through the device, with a 1 ms target. One scrypt at 2^12 and r = 8
+    /// takes several milliseconds, so a calibration gives the floor, 2^12,
+    /// and a passcode change, which times the old passcode's derivation,
+    /// goes down to it too; what each leaves follows from the cost the
+    /// device was made with alone. At 13 the two differ: a reset keeps it
+    /// (the calibration's one step above), a passcode change does not.
+    @Test(arguments: [(made: UInt8(13), afterChange: UInt8(12), afterReset: UInt8(13)),
+                      (made: 12, afterChange: 12, afterReset: 12), (made: 14, afterChange: 12, afterReset: 12),
+                      (made: 10, afterChange: 12, afterReset: 12)])
+    func passcodeChangeAndResetKeepOrRecalibrate(made: UInt8, afterChange: UInt8, afterReset: UInt8) throws {
         for viaReset in [false, true] {
+            let after = viaReset ? afterReset : afterChange
             let temp = TemporaryDevice()
             defer { temp.cleanUp() }
             let clock = ManualClock()

@@ -559,10 +559,10 @@ head -c $((1 << 20)) "$D/random/r0.bin" | LOCKER_DEVICE="$work/dev-small" LOCKER
 keystream 99 $((rewrap_mib << 20)) | LOCKER_DEVICE="$work/dev-large" LOCKER_STORE="$work/store-large" \
   "$L" put - /object --class C >/dev/null
 # Rounds -2 to 0 are a warm-up, not counted. For passwd they matter: a
-# passcode change raises a device's scrypt cost whenever the calibration
-# asks for one step more, and then keeps it (docs/format.md, "Passcode
-# key", step 5), so a new device's cost may move in its first changes, and
-# the two devices may differ until both have.
+# passcode change re-tunes the device's scrypt cost from the time the old
+# passcode took (docs/format.md, "Passcode key", step 5), so a new
+# device's cost may move in its first changes, and the two devices may
+# differ until both have settled.
 for op in setclass passwd; do
   s=(); l=()
   for i in $(seq -2 "$runs"); do
