@@ -426,9 +426,11 @@ public final class Device: @unchecked Sendable {
     /// by a tag derived from the passcode key: the stored tag tests a guess
     /// no faster than the keybag does, and can never refuse the right
     /// passcode.
-    /// Returns the passcode key on success, and how long its derivation
-    /// (scrypt at the keybag's cost, then HKDF) took.
-    private func verifyPasscode(_ passcode: SecretBytes, keybag: Keybag) throws -> (key: SecretBytes, derivation: Duration) {
+    /// Returns the passcode key on success, and the CPU time its
+    /// derivation (scrypt at the keybag's cost, then HKDF) took on this
+    /// thread, where the system could tell.
+    private func verifyPasscode(_ passcode: SecretBytes, keybag: Keybag)
+        throws -> (key: SecretBytes, derivationTime: Duration?) {
         let before = try directory.readRecord(macKey: keys.recordMACKey)
         let now = clock.now()
         let attempts = Int(before.failedAttempts)
@@ -442,9 +444,9 @@ public final class Device: @unchecked Sendable {
         record.lastFailureTime = Int64(now.rounded(.down))
         try directory.writeRecord(record, macKey: keys.recordMACKey)
 
-        let start = ContinuousClock.now
+        let start = Self.threadCPUTime()
         let passcodeKey = try Self.derivePasscodeKey(passcode, kdf: keybag.kdf, keys: keys)
-        let derivation = ContinuousClock.now - start
+        let derivationTime = Self.threadCPUTime().flatMap { end in start.map { end - $0 } }
         let entry = keybag.entry(for: .complete)
         if (try? Self.unwrapClassKey(entry, kek: Self.classKEK(.complete, passcodeKey: passcodeKey))) != nil {
             var cleared = before
@@ -452,7 +454,7 @@ public final class Device: @unchecked Sendable {
             cleared.lastFailureTime = 0
             cleared.lastWrongPasscodeTag = [UInt8](repeating: 0, count: 32)
             try directory.writeRecord(cleared, macKey: keys.recordMACKey)
-            return (passcodeKey, derivation)
+            return (passcodeKey, derivationTime)
         }
         var tag = try Self.wrongPasscodeTag(passcodeKey: passcodeKey)
         defer { SecretBytes.wipe(&tag) }
@@ -494,15 +496,15 @@ public final class Device: @unchecked Sendable {
             expireGrace()
             guard currentState != .wiped, let keybag else { throw DeviceError.wiped }
             let oldKey: SecretBytes
-            var timed: Duration?
+            var derivationTime: Duration?
             if keybag.hasPasscode {
-                (oldKey, timed) = try verifyPasscode(old, keybag: keybag)
+                (oldKey, derivationTime) = try verifyPasscode(old, keybag: keybag)
             } else {
                 guard old.count == 0 else { throw DeviceError.noPasscode }
                 oldKey = try Self.derivePasscodeKey(nil, kdf: keybag.kdf, keys: keys)
             }
-            let kdf = try Keybag.PasscodeKDF(logN: Self.passcodeLogN(passcodeCost, current: keybag.kdf, timed: timed), r: 8, p: 1,
-                                             salt: SecureRandom.bytes(32))
+            let logN = try Self.passcodeLogN(passcodeCost, current: keybag.kdf, derivationTime: derivationTime)
+            let kdf = try Keybag.PasscodeKDF(logN: logN, r: 8, p: 1, salt: SecureRandom.bytes(32))
             let newKey = try Self.derivePasscodeKey(new, kdf: kdf, keys: keys)
             var updated = keybag
             updated.kdf = kdf
@@ -764,58 +766,67 @@ public final class Device: @unchecked Sendable {
 
     /// The scrypt `logN` (with r = 8, p = 1) for a passcode that replaces
     /// one set with `current`. A fixed cost's `logN`, as given. For a
-    /// calibrated cost, where `current` has r = 8 and p = 1 and a `logN`
-    /// in ``Options/logNRange``: ``retunedLogN(current:took:target:)``
-    /// where `timed` says how long the old passcode's derivation at
-    /// `current` took, else ``keptLogN(calibrated:current:)`` of a
-    /// calibration (which times a short scrypt run). Otherwise the
-    /// calibration's.
-    static func passcodeLogN(_ cost: PasscodeCost, current: Keybag.PasscodeKDF, timed: Duration? = nil) throws -> UInt8 {
+    /// calibrated cost, where `current` has r = 8, p = 1 and a `logN` in
+    /// ``Options/logNRange``: ``retunedLogN(current:derivationTime:target:)``
+    /// where `derivationTime` (above zero) is the CPU time the old
+    /// passcode's derivation at `current` took, else
+    /// ``keptLogN(calibrated:current:)`` of a calibration, which times a
+    /// short scrypt run. Otherwise the calibration's.
+    static func passcodeLogN(_ cost: PasscodeCost, current: Keybag.PasscodeKDF,
+                             derivationTime: Duration? = nil) throws -> UInt8 {
         guard case .calibrated(let milliseconds) = cost, current.r == 8, current.p == 1,
               Options.logNRange.contains(current.logN) else { return try calibratedLogN(cost) }
-        if let timed {
-            return retunedLogN(current: current.logN, took: timed, target: .milliseconds(milliseconds))
+        if let derivationTime, derivationTime > .zero {
+            return retunedLogN(current: current.logN, derivationTime: derivationTime, target: .milliseconds(milliseconds))
         }
         return keptLogN(calibrated: try calibratedLogN(cost), current: current.logN)
     }
 
-    /// The `logN` for a derivation at `current` that `took` this long:
-    /// raised as far as needed to reach `target` where it took less;
-    /// lowered by as many steps as keep it at 1.1 times `target` or more,
-    /// where it took that much more; else `current`. Within 12…19, as a
-    /// calibration is. A real derivation at the cost itself, unlike the
-    /// calibration's short run, meets the same memory and caches, so it is
-    /// never below `target` by that measure; the 10% between the two rules
-    /// keeps a cost that sits near `target` from moving up and down.
-    static func retunedLogN(current: UInt8, took: Duration, target: Duration) -> UInt8 {
-        // Each step doubles scrypt's time (it is linear in N); Duration's
-        // integer arithmetic keeps the bounds exact.
+    /// The `logN` for a derivation at `current` that took `derivationTime`,
+    /// within 12…19 as a calibration's: raised one step for each doubling
+    /// it needs to reach `target` where it took less; lowered one step
+    /// where it took at least 2.2 times `target` (half of it is then at
+    /// least 1.1 times `target`); else `current`.
+    static func retunedLogN(current: UInt8, derivationTime: Duration, target: Duration) -> UInt8 {
+        // A derivation at the cost itself meets the memory and caches that
+        // the calibration's short run does not (which predicted 2^16 a
+        // quarter too fast; docs/performance.md, "After pass 27"). The 10%
+        // between raising and lowering keeps a cost whose time sits just
+        // above `target` from moving with the noise of one run; lowering
+        // one step at most bounds what one slowed run can take off. CPU
+        // time, not wall time, so that a descheduled, stopped or suspended
+        // agent is not taken for a slow one. Duration's integer arithmetic
+        // keeps the bounds exact.
         let lowest = Int(calibrationFloor), highest = Int(Options.logNRange.upperBound)
         var logN = Int(current)
-        if took < target {
-            var time = took
+        if derivationTime < target {
+            var time = derivationTime
             while time < target, logN < highest {
                 time *= 2
                 logN += 1
             }
-        } else {
-            let least = target * 11 / 10
-            var time = took / 2
-            while time >= least, logN > lowest {
-                time /= 2
-                logN -= 1
-            }
+        } else if derivationTime / 2 >= target * 11 / 10 {
+            logN -= 1
         }
         return UInt8(min(max(logN, lowest), highest))
     }
 
+    /// CPU time (user and system) the calling thread has used; nil where
+    /// the system cannot tell.
+    static func threadCPUTime() -> Duration? {
+        var now = timespec()
+        guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now) == 0 else { return nil }
+        return .seconds(now.tv_sec) + .nanoseconds(now.tv_nsec)
+    }
+
     /// `current` where it is `calibrated` or one step above, and within
     /// ``Options/logNRange``; else `calibrated`. The result is never below
-    /// `calibrated`. Applied at every reset (which has no derivation of an
-    /// old passcode to time), a cost rises whenever a calibration asks for
-    /// more, and falls only when one asks for two or more steps less: it
-    /// settles at the highest value the calibration gives on the machine,
-    /// at most about four times the target.
+    /// `calibrated`. Applied at every reset, and at the first passcode of
+    /// a device made without one (neither derives an old passcode's key to
+    /// time), a cost rises whenever a calibration asks for more, and falls
+    /// only when one asks for two or more steps less: it settles at the
+    /// highest value the calibration gives on the machine, at most about
+    /// four times the target.
     static func keptLogN(calibrated: UInt8, current: UInt8) -> UInt8 {
         // The calibration's one short timing is noisy: recalibrated at
         // every passcode change, a passcode on a busy 2-core machine got

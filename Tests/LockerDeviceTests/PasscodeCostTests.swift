@@ -5,10 +5,10 @@ import LockerFormat
 import Testing
 
 /// The scrypt cost of a new passcode: calibrated at `init`; on a passcode
-/// change re-tuned from the time the old passcode's derivation took; on a
-/// reset kept where it is the calibrated cost or one step above. Never
-/// below the target by the measure used, and not moved up and down by the
-/// noise of one timing.
+/// change re-tuned from the CPU time the old passcode's derivation took;
+/// on a reset, or a device's first passcode, kept where it is the
+/// calibrated cost or one step above. Not moved up and down by the noise
+/// of one timing.
 @Suite struct PasscodeCostTests {
     @Test func keptOnlyAtTheCalibratedCostOrOneStepAbove() {
         let cases: [(calibrated: UInt8, current: UInt8, expected: UInt8)] = [
@@ -35,17 +35,37 @@ import Testing
             (17, .milliseconds(219), 17),  // one step down would be under 1.1x the target
             (17, .milliseconds(220), 16),
             (17, .milliseconds(250), 16),
-            (17, .milliseconds(1000), 14), // 1000 / 8 = 125 ms, still over 110
-            (13, .milliseconds(1000), 12), // never below the calibration's floor
+            (17, .milliseconds(1000), 16), // one step down at most, however slow
+            (12, .milliseconds(1000), 12), // never below the calibration's floor
             (19, .milliseconds(1), 19),    // nor above 2^19
             (12, .zero, 19),
             (10, .milliseconds(20), 13),   // from 10 (a fixed cost's): 20 ms doubled three times
             (10, .milliseconds(1), 17),
         ]
         for c in cases {
-            #expect(Device.retunedLogN(current: c.current, took: c.took, target: target) == c.expected,
+            #expect(Device.retunedLogN(current: c.current, derivationTime: c.took, target: target) == c.expected,
                     "at \(c.current), took \(c.took)")
         }
+    }
+
+    /// A passcode change hands its timing to the re-tune, and no
+    /// calibration runs: a 100 ms target, timings far from it.
+    @Test func aTimedChangeIsRetunedFromItsTiming() throws {
+        func kdf(_ logN: UInt8, r: UInt32 = 8) -> Keybag.PasscodeKDF {
+            .init(logN: logN, r: r, p: 1, salt: [UInt8](repeating: 1, count: 32))
+        }
+        let cost = PasscodeCost.calibrated(milliseconds: 100)
+        #expect(try Device.passcodeLogN(cost, current: kdf(16), derivationTime: .milliseconds(30)) == 18)
+        #expect(try Device.passcodeLogN(cost, current: kdf(17), derivationTime: .milliseconds(250)) == 16)
+        #expect(try Device.passcodeLogN(cost, current: kdf(16), derivationTime: .milliseconds(150)) == 16)
+        // A reading of zero is no reading: the calibration (12 or more
+        // here, never 19 as a zero time would ask).
+        let zero = try Device.passcodeLogN(cost, current: kdf(16), derivationTime: .zero)
+        #expect(zero < 19)
+        // Other parameters: calibrated, not re-tuned (which would give 18).
+        let other = try Device.passcodeLogN(cost, current: kdf(16, r: 4), derivationTime: .milliseconds(30))
+        #expect(other < 18)
+        #expect(try #require(Device.threadCPUTime()) > .zero)
     }
 
     @Test func aFixedCostIsTakenWhateverTheKeybagHas() throws {
@@ -56,7 +76,7 @@ import Testing
         #expect(try Device.passcodeLogN(.fixed(logN: 16), current: current) == 16)
         #expect(try Device.passcodeLogN(.fixed(logN: 11), current: current) == 11)
         // Nor does a timing change it: 1 s at 15 against a fixed 14.
-        #expect(try Device.passcodeLogN(.fixed(logN: 14), current: current, timed: .seconds(1)) == 14)
+        #expect(try Device.passcodeLogN(.fixed(logN: 14), current: current, derivationTime: .seconds(1)) == 14)
     }
 
     @Test func aBootCostOutsideTheRangeIsRefusedBeforeAnythingIsRead() throws {
@@ -79,15 +99,17 @@ import Testing
     }
 
     /// Through the device, with a 1 ms target. One scrypt at 2^12 and r = 8
-    /// takes several milliseconds, so a calibration gives the floor, 2^12,
-    /// and a passcode change, which times the old passcode's derivation,
-    /// goes down to it too; what each leaves follows from the cost the
-    /// device was made with alone. At 13 the two differ: a reset keeps it
-    /// (the calibration's one step above), a passcode change does not.
+    /// takes several milliseconds, so a calibration gives the floor, 2^12;
+    /// one at 2^13 or more takes far more than 2.2 ms, so a passcode change,
+    /// which times the old passcode's derivation, goes one step down, never
+    /// below the floor (for 10 and 12, whatever the timing). What each
+    /// leaves follows from the cost the device was made with alone. At 13 and 14 the two
+    /// differ: a reset keeps 13 (the calibration's one step above) and
+    /// takes 12 for 14; a change goes one step down from either.
     @Test(arguments: [(made: UInt8(13), afterChange: UInt8(12), afterReset: UInt8(13)),
-                      (made: 12, afterChange: 12, afterReset: 12), (made: 14, afterChange: 12, afterReset: 12),
+                      (made: 12, afterChange: 12, afterReset: 12), (made: 14, afterChange: 13, afterReset: 12),
                       (made: 10, afterChange: 12, afterReset: 12)])
-    func passcodeChangeAndResetKeepOrRecalibrate(made: UInt8, afterChange: UInt8, afterReset: UInt8) throws {
+    func passcodeChangeRetunesAndResetKeeps(made: UInt8, afterChange: UInt8, afterReset: UInt8) throws {
         for viaReset in [false, true] {
             let after = viaReset ? afterReset : afterChange
             let temp = TemporaryDevice()
@@ -136,6 +158,24 @@ import Testing
         try device.reset(newPasscode: passcode("5678"))
         let kdf = try files.keybag().kdf
         #expect((kdf.logN, kdf.r, kdf.p) == (12, 8, 1), "13 at r = 4 kept as 13 at r = 8")
+        try device.unlock(passcode: passcode("5678"))
+        #expect(device.state == .unlocked)
+    }
+
+    /// The first passcode of a device made without one: no old passcode is
+    /// derived, so nothing is timed, and the cost is kept as on a reset
+    /// (timed, the HKDF alone would have asked for 2^19).
+    @Test func aFirstPasscodeKeepsTheCost() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let clock = ManualClock()
+        _ = try Device.initialize(at: temp.directory, passcode: nil,
+                                  options: .init(passcodeCost: .fixed(logN: 13)), clock: clock)
+        let device = try Device.boot(at: temp.directory, clock: clock, passcodeCost: .calibrated(milliseconds: 1))
+        try device.changePasscode(old: SecretBytes(copying: []), new: passcode("5678"))
+        let files = try WrongPasscodeTagTests.Files(temp)
+        #expect(try files.keybag().kdf.logN == 13)
+        device.lock(immediately: true)
         try device.unlock(passcode: passcode("5678"))
         #expect(device.state == .unlocked)
     }

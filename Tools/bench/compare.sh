@@ -558,18 +558,18 @@ head -c $((1 << 20)) "$D/random/r0.bin" | LOCKER_DEVICE="$work/dev-small" LOCKER
   "$L" put - /object --class C >/dev/null
 keystream 99 $((rewrap_mib << 20)) | LOCKER_DEVICE="$work/dev-large" LOCKER_STORE="$work/store-large" \
   "$L" put - /object --class C >/dev/null
-# Rounds -2 to 0 are a warm-up, not counted. For passwd they matter: a
+# Rounds -3 to 0 are a warm-up, not counted. For passwd they matter: a
 # passcode change re-tunes the device's scrypt cost from the time the old
-# passcode took (docs/format.md, "Passcode key", step 5), so a new
+# passcode's check took (docs/format.md, "Passcode key", step 5), so a new
 # device's cost may move in its first changes, and the two devices may
 # differ until both have settled.
 for op in setclass passwd; do
   s=(); l=()
-  for i in $(seq -2 "$runs"); do
+  for i in $(seq -3 "$runs"); do
     for k in small large; do
       export LOCKER_DEVICE="$work/dev-$k" LOCKER_STORE="$work/store-$k"
       if [ "$op" = setclass ]; then
-        cls=A; [ $(((i + 2) % 2)) -eq 0 ] && cls=C
+        cls=A; [ $(((i + 4) % 2)) -eq 0 ] && cls=C
         t=$(sec "$L" setclass /object "$cls")
       else
         t=$(sec sh -c "printf '1234\n1234\n' | '$L' passwd")
