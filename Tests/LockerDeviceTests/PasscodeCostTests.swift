@@ -99,13 +99,13 @@ import Testing
     }
 
     /// Through the device, with a 1 ms target. One scrypt at 2^12 and r = 8
-    /// takes several milliseconds, so a calibration gives the floor, 2^12;
-    /// one at 2^13 or more takes far more than 2.2 ms, so a passcode change,
-    /// which times the old passcode's derivation, goes one step down, never
-    /// below the floor (for 10 and 12, whatever the timing). What each
-    /// leaves follows from the cost the device was made with alone. At 13 and 14 the two
-    /// differ: a reset keeps 13 (the calibration's one step above) and
-    /// takes 12 for 14; a change goes one step down from either.
+    /// takes several milliseconds, so a calibration gives the floor, 2^12; one
+    /// at 2^13 or more takes far more than 2.2 ms, so a passcode change, which
+    /// times the old passcode's derivation, goes one step down, never below the
+    /// floor (for 10 and 12, whatever the timing). What each leaves follows
+    /// from the cost the device was made with alone. At 13 and 14 the two
+    /// differ: a reset keeps 13 (the calibration's one step above) and takes 12
+    /// for 14; a change goes one step down from either.
     @Test(arguments: [(made: UInt8(13), afterChange: UInt8(12), afterReset: UInt8(13)),
                       (made: 12, afterChange: 12, afterReset: 12), (made: 14, afterChange: 13, afterReset: 12),
                       (made: 10, afterChange: 12, afterReset: 12)])
@@ -114,14 +114,11 @@ import Testing
             let after = viaReset ? afterReset : afterChange
             let temp = TemporaryDevice()
             defer { temp.cleanUp() }
-            let clock = ManualClock()
-            _ = try Device.initialize(at: temp.directory, passcode: passcode("1234"),
-                                      options: .init(passcodeCost: .fixed(logN: made)), clock: clock)
-            let files = try WrongPasscodeTagTests.Files(temp)
+            let files = try Self.make(temp, logN: made, passcode: "1234")
             #expect(try files.keybag().kdf.logN == made)
             let before = try files.keybag().kdf.salt
 
-            let device = try Device.boot(at: temp.directory, clock: clock, passcodeCost: .calibrated(milliseconds: 1))
+            let device = try Self.bootAtOneMillisecond(temp)
             try device.unlock(passcode: passcode("1234"))
             if viaReset {
                 try device.reset(newPasscode: passcode("5678"))
@@ -146,15 +143,12 @@ import Testing
     @Test func aKeybagWithOtherParametersIsRecalibrated() throws {
         let temp = TemporaryDevice()
         defer { temp.cleanUp() }
-        let clock = ManualClock()
-        _ = try Device.initialize(at: temp.directory, passcode: passcode("1234"),
-                                  options: .init(passcodeCost: .fixed(logN: 13)), clock: clock)
-        let files = try WrongPasscodeTagTests.Files(temp)
+        let files = try Self.make(temp, logN: 13, passcode: "1234")
         var keybag = try files.keybag()
         keybag.kdf.r = 4
         try files.write(keybag)
 
-        let device = try Device.boot(at: temp.directory, clock: clock, passcodeCost: .calibrated(milliseconds: 1))
+        let device = try Self.bootAtOneMillisecond(temp)
         try device.reset(newPasscode: passcode("5678"))
         let kdf = try files.keybag().kdf
         #expect((kdf.logN, kdf.r, kdf.p) == (12, 8, 1), "13 at r = 4 kept as 13 at r = 8")
@@ -168,15 +162,26 @@ import Testing
     @Test func aFirstPasscodeKeepsTheCost() throws {
         let temp = TemporaryDevice()
         defer { temp.cleanUp() }
-        let clock = ManualClock()
-        _ = try Device.initialize(at: temp.directory, passcode: nil,
-                                  options: .init(passcodeCost: .fixed(logN: 13)), clock: clock)
-        let device = try Device.boot(at: temp.directory, clock: clock, passcodeCost: .calibrated(milliseconds: 1))
+        let files = try Self.make(temp, logN: 13, passcode: nil)
+        let device = try Self.bootAtOneMillisecond(temp)
         try device.changePasscode(old: SecretBytes(copying: []), new: passcode("5678"))
-        let files = try WrongPasscodeTagTests.Files(temp)
         #expect(try files.keybag().kdf.logN == 13)
         device.lock(immediately: true)
         try device.unlock(passcode: passcode("5678"))
         #expect(device.state == .unlocked)
+    }
+
+    /// Makes a device in `temp` with `code` (nil: none) at the fixed cost
+    /// 2^`logN`, and returns its files, opened as format.md says.
+    static func make(_ temp: TemporaryDevice, logN: UInt8, passcode code: String?) throws -> WrongPasscodeTagTests.Files {
+        _ = try Device.initialize(at: temp.directory, passcode: code.map(passcode),
+                                  options: .init(passcodeCost: .fixed(logN: logN)), clock: ManualClock())
+        return try WrongPasscodeTagTests.Files(temp)
+    }
+
+    /// Boots the device in `temp` with a calibration target of 1 ms, which
+    /// any scrypt run here exceeds.
+    static func bootAtOneMillisecond(_ temp: TemporaryDevice) throws -> Device {
+        try Device.boot(at: temp.directory, clock: ManualClock(), passcodeCost: .calibrated(milliseconds: 1))
     }
 }
