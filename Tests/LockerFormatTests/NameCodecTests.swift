@@ -86,6 +86,29 @@ struct NameCodecTests {
         #expect("/\u{301}x".count == 2 && !"/\u{301}x".contains("/"), "the Character check this replaces would miss it")
     }
 
+    @Test("names are the same only byte for byte, not when canonically equivalent")
+    func sameBytes() {
+        let composed = "caf\u{E9}", decomposed = "cafe\u{301}"
+        #expect(composed == decomposed, "Swift's == takes them for one string")
+        #expect(!composed.sameBytes(as: decomposed) && !decomposed.sameBytes(as: composed))
+        // Equal bytes however each string was made: a literal, decoded
+        // bytes, a slice made a String, one built by appending.
+        let built = "ca" + "f" + "\u{E9}"
+        let decoded = String(decoding: Array(composed.utf8), as: UTF8.self)
+        let sliced = String("xcaf\u{E9}".dropFirst())
+        for same in [composed, built, decoded, sliced] {
+            #expect(composed.sameBytes(as: same) && same.sameBytes(as: composed))
+        }
+        // Differing in the last byte, in the first, or by one byte more.
+        for other in ["caf\u{E8}", "daf\u{E9}", "caf\u{E9}x", "caf", ""] {
+            #expect(!composed.sameBytes(as: other) && !other.sameBytes(as: composed), "\(other.debugDescription)")
+        }
+        #expect("".sameBytes(as: ""))
+        let long = String(repeating: "n", count: 1024)
+        #expect(long.sameBytes(as: String(repeating: "n", count: 1024)))
+        #expect(!long.sameBytes(as: String(repeating: "n", count: 1023) + "m"))
+    }
+
     @Test("the empty name round trips")
     func emptyName() throws {
         let keys = try newMetadataKeys()
