@@ -171,10 +171,12 @@ extension Store {
         guard early.isStarted(for: items) else { throw StoreError.invalidPath("a read-ahead window started for another batch, or stopped") }
         for item in items { try checkDepth(item.path) }
 
-        // Where each object goes, and its class.
+        // Where each object goes, and its class. Its file name there is
+        // left to its writer: encrypting the names took 0.06 s of a
+        // 20,000-file `put -r`, on this one thread while the other core
+        // waited for the batch.
         struct Target {
             var parent: Directory
-            var fsPath: String
             var protection: ProtectionClass
             var source: ProtectionSource
             /// In a directory of the staged tree: written in place.
@@ -192,12 +194,9 @@ extension Store {
             let chain = try chains[parentPath] ?? (inTree ? tree!.chain(to: parentPath) : chainCreatingMissing(to: parentPath))
             chains[parentPath] = chain
             let parent = chain.last!
-            // A directory in the way is found by the commit, which looks
-            // under the store lock anyway.
-            let fsPath = try entryPath(item.path.name, in: parent)
             let (cls, source): (ProtectionClass, ProtectionSource) = try item.protection.map { ($0, .explicit) }
                 ?? inheritedClass(for: item.path, chain: chain, storeDefault: &storeDefault)
-            targets.append(Target(parent: parent, fsPath: fsPath, protection: cls, source: source, inTree: inTree))
+            targets.append(Target(parent: parent, protection: cls, source: source, inTree: inTree))
         }
 
         // Keys: one wrap request per class.
@@ -228,8 +227,7 @@ extension Store {
         // has written, for the commit or for cleaning up after a failure
         // (the batch's deinit).
         let batch = StagedBatch(fileSystem: fs, temporaries: temporaries, tree: tree, objects: items.indices.map {
-            StagedBatch.Object(path: items[$0].path, parent: targets[$0].parent, fsPath: targets[$0].fsPath,
-                               inPlace: targets[$0].inTree)
+            StagedBatch.Object(path: items[$0].path, parent: targets[$0].parent, inPlace: targets[$0].inTree)
         })
         // Header temporaries are not locked one by one (a batch would need
         // a descriptor each); the staging lock, shared until they are
@@ -247,6 +245,9 @@ extension Store {
                 // Whatever happens to this object, its read-ahead space
                 // goes back: the readers wait for it.
                 defer { early.release(i) }
+                // A directory in the way is found by the commit, which
+                // looks under the store lock anyway.
+                let fsPath = try entryPath(items[i].path.name, in: targets[i].parent)
                 let idLength = ObjectHeader.objectIDByteCount
                 let objectID = Array(objectIDs[(i * idLength)..<((i + 1) * idLength)])
                 // In a staged tree, the data file waits inside its
@@ -287,7 +288,7 @@ extension Store {
                 header.headerMAC = try header.computeMAC(fileKey: fileKeys[i])
                 // In a staged tree nothing reads the directory before it is
                 // published, and its publication commits every header in it.
-                let temporary = targets[i].inTree ? targets[i].fsPath : FileSystem.temporaryPath(beside: targets[i].fsPath)
+                let temporary = targets[i].inTree ? fsPath : FileSystem.temporaryPath(beside: fsPath)
                 let nonce = try AESGCM.Nonce(Array(nonces[(i * AESGCM.nonceByteCount)..<((i + 1) * AESGCM.nonceByteCount)]))
                 let sealed = try header.sealed(with: metadata, nonce: nonce)
                 do {
@@ -300,6 +301,7 @@ extension Store {
                 } catch let error as IOError where error.isNotFound && !targets[i].inTree {
                     throw Self.directoryGone(items[i].path.parent)
                 }
+                slots.value[i].fsPath = fsPath
                 slots.value[i].temporary = temporary
                 slots.value[i].headerSize = UInt64(sealed.count)
                 // Written: the inline data need not stay in memory for
@@ -376,23 +378,23 @@ extension Store {
                     // there.
                     let renamed: Bool
                     do throws(IOError) {
-                        renamed = try fs.renameIfAbsent(object.temporary!, to: object.fsPath)
+                        renamed = try fs.renameIfAbsent(object.temporary!, to: object.fsPath!)
                     } catch {
                         if error.isNotFound, try fs.status(object.temporary!) == nil { throw Self.directoryGone(object.path.parent) }
                         throw error
                     }
                     if renamed { return }
-                    switch try kind(of: object.fsPath) {
+                    switch try kind(of: object.fsPath!) {
                     case .directory: throw StoreError.isADirectory(object.path.description)
                     case .object:
                         // A replaced data file is removed afterwards, and
                         // any replaced object's open entry dropped.
-                        if let old = try? readHeader(object.fsPath, name: object.path.name, in: object.parent, path: object.path) {
+                        if let old = try? readHeader(object.fsPath!, name: object.path.name, in: object.parent, path: object.path) {
                             if old.isInline { replacedInline.append(old.objectID) } else { replaced.append(old.objectID) }
                         }
                     case .missing: break
                     }
-                    try fs.rename(object.temporary!, to: object.fsPath)
+                    try fs.rename(object.temporary!, to: object.fsPath!)
                 }
                 committed += 1
             }
@@ -414,7 +416,7 @@ extension Store {
     private func objectInfos(_ batch: StagedBatch) throws -> [ObjectInfo] {
         let status = try keys.status()
         return try batch.objects.map { object in
-            try objectInfo(object.path, header: object.header!, headerPath: object.fsPath, status: status, headerSize: object.headerSize)
+            try objectInfo(object.path, header: object.header!, headerPath: object.fsPath!, status: status, headerSize: object.headerSize)
         }
     }
 }
@@ -427,8 +429,9 @@ public final class StagedBatch: @unchecked Sendable {
     struct Object {
         let path: StorePath
         let parent: Store.Directory
-        /// Where its header goes.
-        let fsPath: String
+        /// Where its header goes; set once the header is written (a batch
+        /// is committed only once every object's is).
+        var fsPath: String?
         /// Written at `fsPath` in a staged tree, which commits it.
         let inPlace: Bool
         var data: (path: String, file: DataFile)?
