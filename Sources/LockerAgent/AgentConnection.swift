@@ -127,13 +127,10 @@ final class AgentConnection: @unchecked Sendable {
         case .unwrap(let wrapped):
             try writeFileKey(try core.device().unwrap(wrapped), into: &w)
         case .wrapMany(let fileKeys, let cls):
-            let device = try core.device()
-            for fileKey in fileKeys { try device.wrap(fileKey: fileKey, for: cls).encode(into: &w) }
+            for key in try core.device().wrap(fileKeys: fileKeys, for: cls) { key.encode(into: &w) }
         case .unwrapMany(let wrapped):
-            let device = try core.device()
             // All or nothing: the first failure is the reply.
-            let keys = try wrapped.map { try device.unwrap($0) }
-            for key in keys { try writeFileKey(key, into: &w) }
+            for key in try core.device().unwrap(wrapped) { try writeFileKey(key, into: &w) }
         case .rewrap(let wrapped, let newClass):
             try core.device().rewrap(wrapped, to: newClass).encode(into: &w)
         case .open(let objectID, let wrapped):

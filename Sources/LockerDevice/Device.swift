@@ -672,12 +672,59 @@ public final class Device: @unchecked Sendable {
         }
     }
 
+    /// Wraps new objects' file keys for `cls`: the same as
+    /// ``wrap(fileKey:for:)`` of each in turn, with the lock taken once and,
+    /// for classes A, C and D, every key wrapped in one pass (the
+    /// `AESKeyWrap.wrap(_:kek:)` of an array).
+    public func wrap(fileKeys: [SecretBytes], for cls: ProtectionClass) throws -> [WrappedFileKey] {
+        guard let length = fileKeys.first?.count else { return [] }
+        guard fileKeys.allSatisfy({ $0.count == length }) else { return try fileKeys.map { try wrap(fileKey: $0, for: cls) } }
+        return try lock.withLock {
+            expireGrace()
+            guard let keybag else { throw DeviceError.wiped }
+            guard canCreate(cls) else { throw DeviceError.protectedDataUnavailable(cls) }
+            let entry = keybag.entry(for: cls)
+            let blobs = cls == .completeUnlessOpen
+                ? try fileKeys.map { try FileKeyWrap.wrapAsymmetric($0, classPublicKey: entry.publicKey) }
+                : try AESKeyWrap.wrap(fileKeys, kek: classKeys[cls]!)
+            return blobs.map { WrappedFileKey(protectionClass: cls, keyID: entry.keyID, keyGeneration: entry.keyGeneration, blob: $0) }
+        }
+    }
+
     /// Unwraps an object's file key, if its class is readable now.
     public func unwrap(_ wrapped: WrappedFileKey) throws -> SecretBytes {
         try lock.withLock {
             expireGrace()
             return try unwrapLocked(wrapped)
         }
+    }
+
+    /// Unwraps several objects' file keys: the same as ``unwrap(_:)`` of
+    /// each, in order, except that the first failure fails the whole call.
+    /// The lock is taken once, and keys of one class (A, C or D) under
+    /// the keybag's current class key are unwrapped in one pass.
+    public func unwrap(_ wrapped: [WrappedFileKey]) throws -> [SecretBytes] {
+        try lock.withLock {
+            expireGrace()
+            // Anything else, or any failure, goes key by key: that finds
+            // the first failure, and reports it as ``unwrap(_:)`` would.
+            if let keys = try? unwrapTogether(wrapped) { return keys }
+            return try wrapped.map { try unwrapLocked($0) }
+        }
+    }
+
+    /// `wrapped` unwrapped in one pass, if they are all of one class (A,
+    /// C or D), readable now, under its current key; nil otherwise. Throws
+    /// if any fails to unwrap, without saying which.
+    private func unwrapTogether(_ wrapped: [WrappedFileKey]) throws -> [SecretBytes]? {
+        guard let cls = wrapped.first?.protectionClass, cls != .completeUnlessOpen, let keybag,
+              let classKey = classKeys[cls] else { return nil }
+        let entry = keybag.entry(for: cls)
+        for key in wrapped {
+            guard key.protectionClass == cls, constantTimeEquals(key.keyID, entry.keyID),
+                  key.keyGeneration == entry.keyGeneration else { return nil }
+        }
+        return try AESKeyWrap.unwrap(wrapped.map(\.blob), kek: classKey)
     }
 
     private func unwrapLocked(_ wrapped: WrappedFileKey) throws -> SecretBytes {

@@ -132,6 +132,49 @@ struct AESKeyWrapVectorTests {
             details: ["rejectedByLength": 54, "rejectedByIntegrity": 72, "shortKeyRefused": 3])
     }
 
+    @Test("KW of many keys at once: each Wycheproof vector from the middle of a batch under its KEK; one bad wrap fails the batch")
+    func wycheproofKWBatched() throws {
+        let vectors: WycheproofFile<KeywrapGroup> = try Vectors.load("aes_wrap_test.json")
+        var valid = 0
+        var invalid = 0
+        for group in vectors.testGroups {
+            for tc in group.tests {
+                let kek = SecretBytes(copying: tc.key.bytes)
+                if tc.result == .valid {
+                    let others = try (0..<2).map { _ in try SecretBytes(randomCount: tc.msg.count) }
+                    let keys = [others[0], SecretBytes(copying: tc.msg.bytes), others[1]]
+                    let wrapped = try AESKeyWrap.wrap(keys, kek: kek)
+                    #expect(wrapped.count == 3 && wrapped[1] == tc.ct.bytes, "tcId \(tc.tcId): wrapped in a batch")
+                    #expect(try wrapped[0] == AESKeyWrap.wrap(others[0], kek: kek) && wrapped[2] == AESKeyWrap.wrap(others[1], kek: kek))
+                    #expect(try AESKeyWrap.unwrap(wrapped, kek: kek) == keys, "tcId \(tc.tcId): unwrapped in a batch")
+                    valid += 1
+                } else if tc.result == .invalid, tc.ct.count >= 24, tc.ct.count % 8 == 0 {
+                    let good = try AESKeyWrap.wrap(SecretBytes(randomCount: tc.ct.count - 8), kek: kek)
+                    #expect(throws: CryptoError.authenticationFailure, "tcId \(tc.tcId): a bad wrap in a batch was accepted") {
+                        _ = try AESKeyWrap.unwrap([good, tc.ct.bytes, good], kek: kek)
+                    }
+                    invalid += 1
+                }
+            }
+        }
+        #expect(valid == 36 && invalid == 72)
+    }
+
+    @Test("KW of many keys: one length for all of them, and none gives none")
+    func batchLengths() throws {
+        let kek = try SecretBytes(randomCount: 32)
+        #expect(try AESKeyWrap.wrap([SecretBytes](), kek: kek).isEmpty)
+        #expect(try AESKeyWrap.unwrap([[UInt8]](), kek: kek).isEmpty)
+        let k16 = try SecretBytes(randomCount: 16)
+        let k32 = try SecretBytes(randomCount: 32)
+        #expect(throws: CryptoError.invalidInputSize) { _ = try AESKeyWrap.wrap([k32, k16], kek: kek) }
+        let w16 = try AESKeyWrap.wrap(k16, kek: kek)
+        let w32 = try AESKeyWrap.wrap(k32, kek: kek)
+        #expect(throws: CryptoError.invalidInputSize) { _ = try AESKeyWrap.unwrap([w32, w16], kek: kek) }
+        #expect(try AESKeyWrap.unwrap([w32, w32], kek: kek) == [k32, k32])
+        #expect(try AESKeyWrap.unwrap([w16], kek: kek) == [k16])
+    }
+
     @Test("wycheproof aes_kwp_test.json (KWP)")
     func wycheproofKWP() throws {
         let run = try Self.runKeywrap("aes_kwp_test.json", mode: .kwp)

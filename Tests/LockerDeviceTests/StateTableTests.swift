@@ -69,6 +69,23 @@ import Testing
                 #expect(!expected.create, "create \(cls) in \(state) should work, got \(error)")
                 #expect(error as? DeviceError == .protectedDataUnavailable(cls))
             }
+            // Several keys at once follow the same table: one request
+            // of a batch (`put -r`, `get -r`) gets no more than one key does.
+            let pair = [wrapped[cls]!, wrapped[cls]!]
+            let readMany = Result { try device.unwrap(pair) }
+            switch readMany {
+            case .success(let keys): #expect(expected.read && keys.count == 2 && keys[0] == keys[1], "read \(cls) in \(state), two at once")
+            case .failure(let error):
+                #expect(!expected.read, "read \(cls) in \(state), two at once, should work, got \(error)")
+                #expect(error as? DeviceError == .protectedDataUnavailable(cls))
+            }
+            let createMany = Result { try device.wrap(fileKeys: [SecretBytes(randomCount: 32), SecretBytes(randomCount: 32)], for: cls) }
+            switch createMany {
+            case .success(let keys): #expect(expected.create && keys.count == 2, "create \(cls) in \(state), two at once")
+            case .failure(let error):
+                #expect(!expected.create, "create \(cls) in \(state), two at once, should work, got \(error)")
+                #expect(error as? DeviceError == .protectedDataUnavailable(cls))
+            }
             // The pure table function agrees with the device.
             #expect(cls.isReadable(in: state) == expected.read)
             #expect(cls.isCreatable(in: state) == expected.create)
@@ -77,6 +94,52 @@ import Testing
         #expect(status.state == state)
         #expect(Set(status.readableClasses) == Set(ProtectionClass.allCases.filter { Self.table[state]![$0]!.read }.map(\.canonicalName)))
         #expect(status.isProtectedDataAvailable == (state == .unlocked || state == .locking))
+    }
+
+    @Test("several keys at once: the same wraps as one at a time, and the first failure in order is the answer")
+    func manyKeysAtOnce() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let clock = ManualClock()
+        let device = try makeDevice(temp, clock: clock)
+        let fileKeys = try (0..<5).map { _ in try SecretBytes(randomCount: 32) }
+        for cls in ProtectionClass.allCases {
+            let many = try device.wrap(fileKeys: fileKeys, for: cls)
+            #expect(many.count == fileKeys.count && many.allSatisfy { $0.protectionClass == cls })
+            if cls != .completeUnlessOpen {
+                // RFC 3394 is deterministic: the wraps are those of one key
+                // at a time, byte for byte.
+                #expect(try many == fileKeys.map { try device.wrap(fileKey: $0, for: cls) })
+            }
+            #expect(try device.unwrap(many) == fileKeys)
+            #expect(try many.map { try device.unwrap($0) } == fileKeys)
+        }
+        #expect(try device.wrap(fileKeys: [], for: .complete).isEmpty)
+        #expect(try device.unwrap([]).isEmpty)
+
+        let c = try device.wrap(fileKeys: fileKeys, for: .completeUntilFirstUserAuthentication)
+        let a = try device.wrap(fileKeys: Array(fileKeys.prefix(2)), for: .complete)
+        var tampered = c[2]
+        tampered.blob[tampered.blob.count - 1] ^= 1
+        let damaged = DeviceError.integrity("wrapped key failed authentication")
+        #expect(throws: damaged) { try device.unwrap(tampered) }
+        // One bad key among good ones of its class fails the call as that
+        // key fails alone, wherever it is.
+        #expect(throws: damaged) { try device.unwrap([c[0], c[1], tampered, c[3]]) }
+        #expect(throws: damaged) { try device.unwrap([tampered] + c) }
+        // Mixed classes, unlocked: the keys come back in order.
+        #expect(try device.unwrap([c[0], a[0], c[1], a[1]]) == [fileKeys[0], fileKeys[0], fileKeys[1], fileKeys[1]])
+        // Locked: the first failure in order is the answer.
+        device.lock(immediately: true)
+        #expect(throws: damaged) { try device.unwrap([c[0], tampered, a[0]]) }
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) { try device.unwrap([c[0], a[0], tampered]) }
+        #expect(try device.unwrap(Array(c.prefix(2))) == Array(fileKeys.prefix(2)))
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) { try device.wrap(fileKeys: fileKeys, for: .complete) }
+        // Keys of different lengths are each wrapped as one alone would be:
+        // refused as a whole if any is.
+        #expect(throws: CryptoError.invalidInputSize) {
+            try device.wrap(fileKeys: [fileKeys[0], SecretBytes(copying: [UInt8](repeating: 1, count: 12))], for: .none)
+        }
     }
 
     @Test func wipedRefusesEverything() throws {
