@@ -149,9 +149,13 @@ struct AESKeyWrapVectorTests {
                     #expect(try AESKeyWrap.unwrap(wrapped, kek: kek) == keys, "tcId \(tc.tcId): unwrapped in a batch")
                     valid += 1
                 } else if tc.result == .invalid, tc.ct.count >= 24, tc.ct.count % 8 == 0 {
+                    // Wherever the bad wrap is: alone, first, in the middle, last.
                     let good = try AESKeyWrap.wrap(SecretBytes(randomCount: tc.ct.count - 8), kek: kek)
-                    #expect(throws: CryptoError.authenticationFailure, "tcId \(tc.tcId): a bad wrap in a batch was accepted") {
-                        _ = try AESKeyWrap.unwrap([good, tc.ct.bytes, good], kek: kek)
+                    let bad = tc.ct.bytes
+                    for batch in [[bad], [bad, good], [good, bad, good], [good, good, bad]] {
+                        #expect(throws: CryptoError.authenticationFailure, "tcId \(tc.tcId): a bad wrap in a batch was accepted") {
+                            _ = try AESKeyWrap.unwrap(batch, kek: kek)
+                        }
                     }
                     invalid += 1
                 }

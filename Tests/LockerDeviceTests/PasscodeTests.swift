@@ -111,6 +111,9 @@ import Testing
         try device.reset(newPasscode: passcode("0000"))
         for cls in [ProtectionClass.complete, .completeUnlessOpen, .completeUntilFirstUserAuthentication] {
             #expect(throws: DeviceError.keyReset(cls)) { try device.unwrap(old[cls]!) }
+            // Several at once, with a key of the new generation first.
+            let new = try device.wrap(fileKey: SecretBytes(randomCount: 32), for: cls)
+            #expect(throws: DeviceError.keyReset(cls)) { try device.unwrap([new, old[cls]!, new]) }
         }
         #expect(try device.unwrap(old[.none]!) == keyD)
         #expect(try device.status().keyGeneration == 2)

@@ -127,6 +127,7 @@ import Testing
         // key fails alone, wherever it is.
         #expect(throws: damaged) { try device.unwrap([c[0], c[1], tampered, c[3]]) }
         #expect(throws: damaged) { try device.unwrap([tampered] + c) }
+        #expect(throws: damaged) { try device.unwrap(c + [tampered]) }
         // Mixed classes, unlocked: the keys come back in order.
         #expect(try device.unwrap([c[0], a[0], c[1], a[1]]) == [fileKeys[0], fileKeys[0], fileKeys[1], fileKeys[1]])
         // Locked: the first failure in order is the answer.
@@ -150,6 +151,8 @@ import Testing
         for cls in ProtectionClass.allCases {
             #expect(throws: DeviceError.wiped) { try device.unwrap(wrapped[cls]!) }
             #expect(throws: DeviceError.wiped) { try device.wrap(fileKey: SecretBytes(randomCount: 32), for: cls) }
+            #expect(throws: DeviceError.wiped) { try device.unwrap([wrapped[cls]!, wrapped[cls]!]) }
+            #expect(throws: DeviceError.wiped) { try device.wrap(fileKeys: [SecretBytes(randomCount: 32)], for: cls) }
         }
         #expect(throws: DeviceError.wiped) { try device.unlock(passcode: passcode("1234")) }
         device.shutdown()
@@ -171,10 +174,20 @@ import Testing
         clock.advance(4.9)
         #expect(throws: Never.self) { try device.unwrap(a) }
         clock.advance(0.1)
+        // Grace ends when the device is next asked anything: here, first,
+        // for several keys at once.
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) { try device.unwrap([a, a]) }
         #expect(device.state == .locked)
         #expect(throws: DeviceError.protectedDataUnavailable(.complete)) { try device.unwrap(a) }
         try device.unlock(passcode: passcode("1234"))
         #expect(throws: Never.self) { try device.unwrap(a) }
+        // Again, and this time asked first to wrap several keys.
+        device.lock(immediately: false)
+        clock.advance(5)
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) {
+            try device.wrap(fileKeys: [SecretBytes(randomCount: 32), SecretBytes(randomCount: 32)], for: .complete)
+        }
+        #expect(device.state == .locked)
     }
 
     @Test func lockNowSkipsGrace() throws {
