@@ -674,20 +674,23 @@ public final class Device: @unchecked Sendable {
 
     /// Wraps new objects' file keys for `cls`: the same as
     /// ``wrap(fileKey:for:)`` of each in turn, with the lock taken once and,
-    /// for classes A, C and D, every key wrapped in one pass (the
-    /// `AESKeyWrap.wrap(_:kek:)` of an array).
+    /// for classes A, C and D, every key wrapped in one pass under it (the
+    /// `AESKeyWrap.wrap(_:kek:)` of an array). Class B's keys are wrapped
+    /// with its public key after the lock is let go.
     public func wrap(fileKeys: [SecretBytes], for cls: ProtectionClass) throws -> [WrappedFileKey] {
         guard let length = fileKeys.first?.count else { return [] }
         guard fileKeys.allSatisfy({ $0.count == length }) else { return try fileKeys.map { try wrap(fileKey: $0, for: cls) } }
-        return try lock.withLock {
+        let (entry, blobs): (Keybag.Entry, [[UInt8]]?) = try lock.withLock {
             expireGrace()
             guard let keybag else { throw DeviceError.wiped }
             guard canCreate(cls) else { throw DeviceError.protectedDataUnavailable(cls) }
             let entry = keybag.entry(for: cls)
-            let blobs = cls == .completeUnlessOpen
-                ? try fileKeys.map { try FileKeyWrap.wrapAsymmetric($0, classPublicKey: entry.publicKey) }
-                : try AESKeyWrap.wrap(fileKeys, kek: classKeys[cls]!)
-            return blobs.map { WrappedFileKey(protectionClass: cls, keyID: entry.keyID, keyGeneration: entry.keyGeneration, blob: $0) }
+            // Class B needs only the public key: its wraps (an X25519
+            // agreement each) are made after the lock is let go.
+            return (entry, cls == .completeUnlessOpen ? nil : try AESKeyWrap.wrap(fileKeys, kek: classKeys[cls]!))
+        }
+        return try (blobs ?? fileKeys.map { try FileKeyWrap.wrapAsymmetric($0, classPublicKey: entry.publicKey) }).map {
+            WrappedFileKey(protectionClass: cls, keyID: entry.keyID, keyGeneration: entry.keyGeneration, blob: $0)
         }
     }
 
