@@ -657,28 +657,19 @@ public final class Device: @unchecked Sendable {
     /// Wraps a new object's file key for `cls`. Class B needs only the
     /// public key, so it works in every state but wiped.
     public func wrap(fileKey: SecretBytes, for cls: ProtectionClass) throws -> WrappedFileKey {
-        try lock.withLock {
-            expireGrace()
-            guard let keybag else { throw DeviceError.wiped }
-            guard canCreate(cls) else { throw DeviceError.protectedDataUnavailable(cls) }
-            let entry = keybag.entry(for: cls)
-            let blob: [UInt8]
-            if cls == .completeUnlessOpen {
-                blob = try FileKeyWrap.wrapAsymmetric(fileKey, classPublicKey: entry.publicKey)
-            } else {
-                blob = try AESKeyWrap.wrap(fileKey, kek: classKeys[cls]!)
-            }
-            return WrappedFileKey(protectionClass: cls, keyID: entry.keyID, keyGeneration: entry.keyGeneration, blob: blob)
-        }
+        try wrap(fileKeys: [fileKey], for: cls)[0]
     }
 
     /// Wraps new objects' file keys for `cls`: the same as
-    /// ``wrap(fileKey:for:)`` of each in turn, with the lock taken once and,
-    /// for classes A, C and D, every key wrapped in one pass under it (the
-    /// `AESKeyWrap.wrap(_:kek:)` of an array). Class B's keys are wrapped
-    /// with its public key after the lock is let go.
+    /// ``wrap(fileKey:for:)`` of each in turn (which is this with one key),
+    /// with the lock taken once and, for classes A, C and D, every key
+    /// wrapped in one pass under it (the `AESKeyWrap.wrap(_:kek:)` of an
+    /// array). Class B's keys are wrapped with its public key after the
+    /// lock is let go.
     public func wrap(fileKeys: [SecretBytes], for cls: ProtectionClass) throws -> [WrappedFileKey] {
         guard let length = fileKeys.first?.count else { return [] }
+        // Keys of different lengths, each of which may be wrappable: one
+        // batch each.
         guard fileKeys.allSatisfy({ $0.count == length }) else { return try fileKeys.map { try wrap(fileKey: $0, for: cls) } }
         let (entry, blobs): (Keybag.Entry, [[UInt8]]?) = try lock.withLock {
             expireGrace()

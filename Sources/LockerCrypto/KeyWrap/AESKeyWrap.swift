@@ -26,7 +26,7 @@ public enum AESKeyWrap {
         guard length >= 16, length % 8 == 0, keys.allSatisfy({ $0.count == length }) else { throw CryptoError.invalidInputSize }
         return try keyWrap(encrypting: true, kek: kek, count: keys.count, blocks: length / 8, load: { k, r in
             keys[k].withUnsafeBytes { r.copyMemory(from: $0) }
-        }, finish: { _, out in Array(out) })
+        }, finish: { out in Array(out) })
     }
 
     /// Unwraps an RFC 3394 `wrapped` key. `wrapped` must be at least 24
@@ -46,7 +46,7 @@ public enum AESKeyWrap {
         guard length >= 24, length % 8 == 0, wrapped.allSatisfy({ $0.count == length }) else { throw CryptoError.invalidInputSize }
         return try keyWrap(encrypting: false, kek: kek, count: wrapped.count, blocks: length / 8 - 1, load: { k, ar in
             wrapped[k].withUnsafeBytes { ar.copyMemory(from: $0) }
-        }, finish: { _, out in SecretBytes(copyingPrefix: out.count, of: out) })
+        }, finish: { out in SecretBytes(copyingPrefix: out.count, of: out) })
     }
 
     /// Wraps `key` under `kek` with padding (RFC 5649). `key` must not be
@@ -99,10 +99,10 @@ public enum AESKeyWrap {
     /// per-call cost are paid once a step, not once an input. `load(k,
     /// into)` copies input k into wiping scratch memory: the key (R, 8n
     /// bytes) when wrapping, the wrap (A | R, 8n + 8) when unwrapping.
-    /// `finish(k, bytes)` gets result k, in that memory: `A | R` when
-    /// wrapping, `R` when unwrapping. A failed integrity check of any input
-    /// fails them all with ``CryptoError/authenticationFailure``, whichever
-    /// input and byte is wrong.
+    /// `finish(bytes)` gets each result in turn, in that memory: `A | R`
+    /// when wrapping, `R` when unwrapping. A failed integrity check of any
+    /// input fails them all with ``CryptoError/authenticationFailure``,
+    /// whichever input and byte is wrong.
     //
     // Not libcrypto's own KW (`AES-256-WRAP`): that one runs AES through
     // `AES_encrypt`, without the processor's AES instructions, while its ECB
@@ -116,7 +116,7 @@ public enum AESKeyWrap {
     private static func keyWrap<T>(
         encrypting: Bool, kek: SecretBytes, count: Int, blocks n: Int,
         load: (Int, UnsafeMutableRawBufferPointer) -> Void,
-        finish: (Int, UnsafeRawBufferPointer) -> T
+        finish: (UnsafeRawBufferPointer) -> T
     ) throws -> [T] {
         precondition(count >= 1 && n >= 2)
         let ecb = try cipher(.ecb, kekSize: kek.count)
@@ -174,7 +174,7 @@ public enum AESKeyWrap {
                         }
                     }
                 }
-                return (0..<count).map { finish($0, UnsafeRawBufferPointer(start: a($0), count: stride)) }
+                return (0..<count).map { finish(UnsafeRawBufferPointer(start: a($0), count: stride)) }
             }
             for j in (0..<6).reversed() {
                 for i in (0..<n).reversed() {
@@ -197,7 +197,7 @@ public enum AESKeyWrap {
                 for k in 0..<count { wrong |= CRYPTO_memcmp(a(k), iv.baseAddress!, 8) }
             }
             guard wrong == 0 else { throw CryptoError.authenticationFailure }
-            return (0..<count).map { finish($0, UnsafeRawBufferPointer(start: a($0) + 8, count: 8 * n)) }
+            return (0..<count).map { finish(UnsafeRawBufferPointer(start: a($0) + 8, count: 8 * n)) }
         }
     }
 
