@@ -335,7 +335,14 @@ public final class Store: @unchecked Sendable {
     }
 
     /// The file-system path of `name` inside `directory`.
+    /// Throws ``StoreError/invalidPath(_:)`` for a name no entry may have
+    /// (``NameCodec/isValidName(_:)``): every command that names an entry
+    /// comes through here, so none writes such a name (a path made with
+    /// ``StorePath/init(components:)`` is not checked when it is made).
     func entryPath(_ name: String, in directory: Directory) throws -> String {
+        guard NameCodec.isValidName(name) else {
+            throw StoreError.invalidPath("'\(name)' cannot name an entry: a name is 1 to \(NameCodec.maxNameLength) bytes, with no '/' or NUL byte, and not '.' or '..'")
+        }
         let encoded = try NameCodec.encode(name, parentID: directory.record.directoryID, keys: metadata)
         return directory.fsPath + "/" + (try NameCodec.fileName(forEncoded: encoded))
     }

@@ -103,8 +103,9 @@ struct Init: ParsableCommand {
         let newStore = try madeFor(store)
         if newDevice != nil, Self.holdsObjects(store: store) { throw foreignStore }
         let client = try global.client(creatingDevice: true)
+        var initializedHere = false
         do {
-            try initialize(client, refusing: foreignStore)
+            try initialize(client, refusing: foreignStore) { initializedHere = true }
         } catch DeviceError.alreadyInitialized {
             // Another init made the device since these paths were found
             // missing: the directories, the agent and the store are its.
@@ -112,12 +113,49 @@ struct Init: ParsableCommand {
         } catch {
             // A refused init leaves nothing behind that it made: the
             // agent it started, the device directory, the store directory.
-            if let newDevice {
+            // But the passcode prompt waits for as long as the user takes,
+            // and meanwhile another init may have made the device through
+            // the same agent, with a store and objects: then nothing here
+            // is this command's to remove. Nor is anything put meanwhile
+            // in the directories made on the way, which go only if empty.
+            let deviceIsOurs = initializedHere || Self.hasNoDevice(client)
+            if let newDevice, deviceIsOurs {
                 if let pid = try? client.agentProcessID() { Self.stop(agent: pid) }
-                try? fileSystem.removeTree(newDevice)
+                try? fileSystem.removeTree(device)
+                Self.removeEmptyDirectories(above: device, upTo: newDevice, fileSystem: fileSystem)
             }
-            if let newStore { try? fileSystem.removeTree(newStore) }
+            // The store is made only once the device is initialized.
+            if let newStore, initializedHere {
+                try? fileSystem.removeTree(store)
+                Self.removeEmptyDirectories(above: store, upTo: newStore, fileSystem: fileSystem)
+            }
             throw error
+        }
+    }
+
+    /// Whether the agent says no device has been initialized at its
+    /// directory. Any other answer, or none, counts as a device: what is
+    /// not known to be this command's is left alone.
+    static func hasNoDevice(_ client: AgentClient) -> Bool {
+        do {
+            _ = try client.status()
+            return false
+        } catch DeviceError.notInitialized {
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    /// Removes the directories from `path`'s parent up to `outermost`
+    /// (one of them, or `path` itself), each only while it is empty.
+    static func removeEmptyDirectories(above path: String, upTo outermost: String, fileSystem: FileSystem) {
+        guard path != outermost else { return }
+        var current = (path as NSString).deletingLastPathComponent
+        while current.count >= outermost.count, current != "/" {
+            guard (try? fileSystem.removeDirectory(current)) != nil else { return }
+            if current == outermost { return }
+            current = (current as NSString).deletingLastPathComponent
         }
     }
 
@@ -128,7 +166,10 @@ struct Init: ParsableCommand {
         for _ in 0..<200 where kill(pid, 0) == 0 { usleep(10_000) }
     }
 
-    private func initialize(_ client: AgentClient, refusing foreignStore: CommandFailure) throws {
+    /// Initializes the device and makes the store; `initialized` is called
+    /// once the device is initialized, before the store is made.
+    private func initialize(_ client: AgentClient, refusing foreignStore: CommandFailure,
+                            initialized: () -> Void) throws {
         let live: Bool
         do {
             live = try client.status().state != .wiped
@@ -141,6 +182,7 @@ struct Init: ParsableCommand {
         try client.initialize(passcode: passcode, options: Device.Options(
             graceSeconds: UInt32(grace), eraseAfter: UInt8(eraseAfter ?? 0), defaultClass: defaultClass.value,
             passcodeCost: .calibrated(milliseconds: 100)))
+        initialized()
         // The store's layout and root record, so that the commands that
         // only read find a store (they never make one).
         _ = try Store(path: global.storePath, keys: client, create: true)

@@ -182,7 +182,9 @@ struct Put: ParsableCommand {
         }
         if path.hasSuffix("/") || ((try? store.stat(target)).map { if case .directory = $0.kind { true } else { false } } ?? false) {
             guard source != "-" else { throw CommandFailure(.usage, "a name is needed when storing standard input", hint: "give PATH as /dir/name") }
-            target = target.appending(URL(fileURLWithPath: source).lastPathComponent)
+            // The name as it is, not through URL, which expands a leading
+            // "~" or "~user" to a home directory's path.
+            target = target.appending(splitLocalPath(source).name)
         }
         let opened = pending
         pending = nil

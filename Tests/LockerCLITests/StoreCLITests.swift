@@ -503,6 +503,79 @@ struct StoreCLITests {
         }
     }
 
+    /// Whether `pid`'s main thread is blocked reading its standard input
+    /// (`read` is system call 0 on x86_64 and 63 on arm64).
+    func isReadingStandardInput(_ pid: Int32) -> Bool {
+        guard let call = try? String(contentsOfFile: "/proc/\(pid)/syscall", encoding: .utf8) else { return false }
+        return call.hasPrefix("0 0x0 ") || call.hasPrefix("63 0x0 ")
+    }
+
+    /// An `init` that fails at its passcode prompt removes only what is
+    /// still its own: not a device, store and objects another `init`
+    /// made meanwhile through the agent it started, nor a file put
+    /// meanwhile in a directory it made on the way.
+    @Test func aFailedInitRemovesNothingMadeWhileItWaited() throws {
+        try withStoreFixture { f in
+            // The passcode comes from a FIFO that this test holds open, so
+            // that the init waits until the test closes it.
+            func waitingInit(_ extra: [String]) throws -> (BackgroundRun, Int32) {
+                let fifo = f.root + "/passcode-\(UUID().uuidString.prefix(8))"
+                try #require(mkfifo(fifo, 0o600) == 0)
+                let writer = open(fifo, O_RDWR)
+                try #require(writer >= 0)
+                let run = try BackgroundRun(f, ["init", "--passcode-stdin"] + extra, stdin: fifo)
+                let deadline = Date().addingTimeInterval(20)
+                while Date() < deadline && !isReadingStandardInput(run.process.processIdentifier) { usleep(5_000) }
+                #expect(isReadingStandardInput(run.process.processIdentifier), "the init is not waiting for its passcode")
+                return (run, writer)
+            }
+
+            let (first, writer) = try waitingInit([])
+            #expect(FileManager.default.fileExists(atPath: f.device), "the waiting init has made the device directory")
+            // Another init makes the device, the store and an object.
+            try f.ok(["init", "--passcode-stdin"], stdin: "5678\n")
+            try f.put("/precious", Data("keep".utf8), ["--class", "C"])
+            close(writer)
+            #expect(first.waitForExit(seconds: 20) == 64)
+            #expect(try f.ok(["get", "/precious"]).stdout == "keep")
+            #expect(try f.ok(["verify"]).status == 0)
+
+            // Directories made on the way go only if nothing was put in them.
+            let fresh = f.root + "/fresh"
+            let (second, secondWriter) = try waitingInit(["--device", fresh + "/a/device", "--store", fresh + "/b/store"])
+            #expect(FileManager.default.fileExists(atPath: fresh + "/a/device"))
+            try Data("mine".utf8).write(to: URL(fileURLWithPath: fresh + "/note"))
+            close(secondWriter)
+            #expect(second.waitForExit(seconds: 20) == 64)
+            #expect(FileManager.default.contents(atPath: fresh + "/note") == Data("mine".utf8))
+            #expect(try FileManager.default.contentsOfDirectory(atPath: fresh) == ["note"])
+            #expect(agentProcesses(serving: fresh + "/a/device").isEmpty)
+        }
+    }
+
+    /// A local file's name is stored as it is: a leading "~" is not a home
+    /// directory (URL would expand "~root" to "/root", so two files would
+    /// land on one object, or a name would be "/").
+    @Test func aLocalNameWithATildeIsStoredAsItIs() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.ok(["mkdir", "/u"])
+            let local = f.root + "/tilde"
+            try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: false)
+            let names = ["~", "~root", "~nobody", "~nosuchuser"]
+            for name in names {
+                try Data(name.utf8).write(to: URL(fileURLWithPath: local + "/" + name))
+                let shell = "cd '\(local)' && exec '\(CLIFixture.lockerPath)' put '\(name)' /u/"
+                let r = try f.runProgram("/bin/sh", ["-c", shell])
+                #expect(r.status == 0, "\(name): \(r)")
+                #expect(r.stdout.hasPrefix("Stored /u/\(name) ("), "\(name): \(r)")
+            }
+            #expect(try f.ok(["ls", "/u"]).stdout == names.sorted().map { $0 + "\n" }.joined())
+            for name in names { #expect(try f.ok(["get", "/u/" + name]).stdout == name) }
+            #expect(try f.ok(["verify"]).status == 0)
+        }
+    }
+
     @Test func aMistypedDeviceOrStoreCreatesNothing() throws {
         try withStoreFixture { f in
             let typo = f.root + "/typo/a/b"

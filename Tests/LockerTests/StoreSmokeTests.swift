@@ -48,6 +48,30 @@ import Synchronization
         #expect(try store.list(StorePath("/d")).map { Array($0.path.name.utf8) } == [Array(mark.utf8)])
     }
 
+    /// A path made from components is not checked when it is made; the
+    /// store refuses a component no entry may have before it writes
+    /// anything, on every path that names an entry: an object named "/"
+    /// was stored, and then listed as damage.
+    @Test func aComponentNoEntryMayHaveIsRefused() throws {
+        try Self.withStore { store, _ in
+            try store.makeDirectory(StorePath("/d"))
+            let bad = ["a/b", "/", "", ".", "..", "nul\u{0}", String(repeating: "n", count: 1025)]
+            for name in bad {
+                let path = StorePath(components: ["d", name])
+                #expect(throws: StoreError.self, "\(name.debugDescription)") { try store.put(path, bytes: Array("x".utf8)) }
+                #expect(throws: StoreError.self, "\(name.debugDescription)") { try store.makeDirectory(path) }
+                #expect(throws: StoreError.self, "\(name.debugDescription)") { try store.putBatch([PutBatchItem(path: path) { _ in 0 }]) }
+            }
+            try store.put(StorePath("/d/ok"), bytes: Array("x".utf8))
+            #expect(throws: StoreError.self) { try store.move(StorePath("/d/ok"), to: StorePath(components: ["d", "x/y"])) }
+            #expect(try store.list(StorePath("/d")).map(\.path.name) == ["ok"])
+            // The longest name there may be is taken.
+            let longest = String(repeating: "n", count: NameCodec.maxNameLength)
+            try store.put(StorePath(components: ["d", longest]), bytes: [])
+            #expect(try store.list(StorePath("/d")).count == 2)
+        }
+    }
+
     /// An object of more chunks than a reader takes (its index would pass
     /// 64 MiB) is refused while it is written, by `put` and by a batch,
     /// and nothing of it stays: it used to be stored, and then never read
