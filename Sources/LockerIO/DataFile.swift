@@ -69,10 +69,12 @@ public final class DataFile {
     public static func removeIfUnused(_ path: String, fileSystem: FileSystem) throws -> Bool {
         let fd: Int32
         do {
-            fd = try fileSystem.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+            fd = try fileSystem.open(path, unusedCheckFlags)
         } catch {
             if error.errno == ENOENT { return true }
-            if error.errno == ELOOP {
+            // A symbolic link, a socket, or a device with no driver behind
+            // it: nothing a writer makes or locks.
+            if error.errno == ELOOP || error.errno == ENXIO || error.errno == ENODEV {
                 try fileSystem.remove(path, syncDirectory: false)
                 return true
             }
@@ -93,11 +95,21 @@ public final class DataFile {
         return true
     }
 
+    /// How the two checks above open a name that may have been planted:
+    /// through no symbolic link, without waiting for a writer if it is a
+    /// FIFO, and without a terminal becoming this process's.
+    private static let unusedCheckFlags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY
+
     /// Whether a live process holds the write lock of the file at `path`.
     /// A file left by a process that died is not in use.
     public static func isInUse(_ path: String, fileSystem: FileSystem) -> Bool {
-        guard let fd = try? fileSystem.open(path, O_RDONLY | O_CLOEXEC) else { return false }
+        guard let fd = try? fileSystem.open(path, unusedCheckFlags) else { return false }
         defer { fileSystem.close(fd) }
+        // Only a file or a directory is ever locked by a writer; anything
+        // else found under such a name was planted.
+        guard let status = try? fileSystem.status(of: fd, path: path), status.isRegularFile || status.isDirectory else {
+            return false
+        }
         do {
             try fileSystem.flock(fd, LOCK_EX | LOCK_NB, path: path)
         } catch {

@@ -102,8 +102,9 @@ public struct FileSystem: Sendable {
     /// a planted file may claim any size (a sparse one, terabytes).
     public func shred(_ path: String) throws {
         // Never through a link, and never into anything but a regular
-        // file: the name may have been planted to make this zero another
-        // file, or to block on a FIFO. Such a name is only removed.
+        // file with no other name: the name may have been planted to make
+        // this zero another file (a symbolic link, or a hard link to it),
+        // or to block on a FIFO. Such a name is only removed.
         let opened: Result<Int32, IOError> = Result { () throws(IOError) in
             try open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         }
@@ -113,7 +114,7 @@ public struct FileSystem: Sendable {
         }
         let fd = try opened.get()
         let status = try? fstat(fd, path: path)
-        guard let status, status.isRegularFile else {
+        guard let status, status.isRegularFile, status.linkCount == 1 else {
             close(fd)
             try remove(path)
             return

@@ -161,9 +161,12 @@ public struct FileStatus: Sendable, Equatable {
     /// contents, and when the contents or the inode, last changed.
     public var modified: Int64
     public var statusChanged: Int64
+    /// `st_nlink`: how many names the file has.
+    public var linkCount: UInt64
 
     public init(size: UInt64, mode: UInt32, uid: UInt32, device: UInt64 = 0, inode: UInt64 = 0,
-                modified: Int64 = 0, statusChanged: Int64 = 0) {
+                modified: Int64 = 0, statusChanged: Int64 = 0, linkCount: UInt64 = 1) {
+        self.linkCount = linkCount
         self.size = size
         self.mode = mode
         self.uid = uid
@@ -177,7 +180,8 @@ public struct FileStatus: Sendable, Equatable {
         self.init(size: UInt64(st.st_size), mode: UInt32(st.st_mode), uid: UInt32(st.st_uid),
                   device: UInt64(st.st_dev), inode: UInt64(st.st_ino),
                   modified: Int64(st.st_mtim.tv_sec) &* 1_000_000_000 &+ Int64(st.st_mtim.tv_nsec),
-                  statusChanged: Int64(st.st_ctim.tv_sec) &* 1_000_000_000 &+ Int64(st.st_ctim.tv_nsec))
+                  statusChanged: Int64(st.st_ctim.tv_sec) &* 1_000_000_000 &+ Int64(st.st_ctim.tv_nsec),
+                  linkCount: UInt64(st.st_nlink))
     }
 
     /// Whether both describe the same file (device and inode).

@@ -693,6 +693,42 @@ struct StoreDamageCLITests {
         }
     }
 
+    /// A FIFO, socket or symbolic link planted under the name of a data
+    /// file or of a temporary is garbage that `verify` names and `verify
+    /// --repair` removes, without waiting: it used to open such a name to
+    /// see whether a writer held its lock, and a FIFO made it wait for a
+    /// writer forever, with the store lock held.
+    @Test func aPlantedFIFOOrSocketIsGarbageNotAHang() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/x", Data("x".utf8))
+            let kinds: [(String, (String) -> Int32)] = [
+                ("FIFO", { mkfifo($0, 0o600) }),
+                ("socket", { bindUnixSocket(at: $0) }),
+                ("link", { symlink("/dev/zero", $0) }),
+            ]
+            for (kind, make) in kinds {
+                let planted = [f.store + "/data/" + String(repeating: "0", count: 32), f.store + "/ns/planted.tmp-1-2",
+                               f.store + "/lock.tmp-1-2"]
+                for path in planted { try #require(make(path) == 0, "\(kind) \(path)") }
+                let verify = try f.raw(["verify"], timeout: 20)
+                #expect(verify.status == 65, "\(kind): \(verify)")
+                for path in planted {
+                    let relative = String(path.dropFirst(f.store.count + 1))
+                    #expect(verify.text.contains("garbage: \(relative)\n"), "\(kind) \(relative): \(verify)")
+                }
+                let repair = try f.raw(["verify", "--repair"], timeout: 20)
+                #expect(repair.status == 0, "\(kind): \(repair)")
+                for path in planted {
+                    var st = stat()
+                    #expect(lstat(path, &st) != 0, "\(kind): \(path) is still there")
+                }
+                #expect(try f.raw(["verify"], timeout: 20).status == 0, "\(kind)")
+            }
+            #expect(try f.ok(["get", "/x"]).stdout == "x")
+        }
+    }
+
     /// A FIFO, a socket or a symbolic link where a header, a data file or
     /// a directory record should be is damage, reported at once:
     /// opening a FIFO for reading would wait for a writer for ever, and

@@ -78,41 +78,56 @@ import Glibc
         let dir = NSTemporaryDirectory() + "lkfs-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        func bytes(_ path: String, at offset: Int, _ count: Int) throws -> [UInt8] {
-            let fd = Glibc.open(path, O_RDONLY)
-            try #require(fd >= 0)
-            defer { Glibc.close(fd) }
+        func bytes(_ fd: Int32, at offset: Int, _ count: Int) -> [UInt8] {
             var out = [UInt8](repeating: 1, count: count)
             #expect(out.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, offset) } == count)
             return out
         }
-        // Each file has a second name, to look at its bytes after shred
-        // removed the first.
+        // Each file is held open, to look at its bytes after shred removed
+        // its name (a second name would be a link, which shred leaves alone).
         let key = dir + "/effaceable"
         try Data(repeating: 0xAA, count: 32).write(to: URL(fileURLWithPath: key))
-        try #require(link(key, dir + "/key-seen") == 0)
+        let keyFD = Glibc.open(key, O_RDONLY)
+        try #require(keyFD >= 0)
+        defer { Glibc.close(keyFD) }
         try FileSystem().shred(key)
         #expect(!FileManager.default.fileExists(atPath: key))
-        #expect(try bytes(dir + "/key-seen", at: 0, 32) == [UInt8](repeating: 0, count: 32))
+        #expect(bytes(keyFD, at: 0, 32) == [UInt8](repeating: 0, count: 32))
 
         // A sparse file claiming 1 TiB, planted where a temporary would be.
         let planted = dir + "/keybag.tmp-99999-1"
-        let fd = Glibc.open(planted, O_WRONLY | O_CREAT, 0o600)
+        let fd = Glibc.open(planted, O_RDWR | O_CREAT, 0o600)
         try #require(fd >= 0)
+        defer { Glibc.close(fd) }
         try #require(ftruncate(fd, 1 << 40) == 0)
         let marks: [UInt8] = [0xAA, 0xBB, 0xCC, 0xDD]
         for offset in [0, FileSystem.shredLimit - 4, FileSystem.shredLimit] {
             #expect(marks.withUnsafeBytes { pwrite(fd, $0.baseAddress, 4, offset) } == 4)
         }
-        Glibc.close(fd)
-        try #require(link(planted, dir + "/planted-seen") == 0)
         try FileSystem().shred(planted)
         #expect(!FileManager.default.fileExists(atPath: planted))
-        let seen = dir + "/planted-seen"
-        #expect(try bytes(seen, at: 0, 4) == [0, 0, 0, 0])
-        #expect(try bytes(seen, at: FileSystem.shredLimit - 4, 4) == [0, 0, 0, 0])
-        #expect(try bytes(seen, at: FileSystem.shredLimit, 4) == marks, "nothing written past the limit")
-        #expect(try FileManager.default.attributesOfItem(atPath: seen)[.size] as? Int == 1 << 40)
+        #expect(bytes(fd, at: 0, 4) == [0, 0, 0, 0])
+        #expect(bytes(fd, at: FileSystem.shredLimit - 4, 4) == [0, 0, 0, 0])
+        #expect(bytes(fd, at: FileSystem.shredLimit, 4) == marks, "nothing written past the limit")
+        var st = stat()
+        #expect(fstat(fd, &st) == 0 && st.st_size == 1 << 40)
+    }
+
+    /// A temporary's name hard-linked to another file (planted, to make a
+    /// boot or a wipe zero that file) is removed, and the file keeps its
+    /// bytes.
+    @Test func shredLeavesAFileWithAnotherNameAlone() throws {
+        let dir = NSTemporaryDirectory() + "lkfs-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let victim = dir + "/victim"
+        let content = Data("somebody else's file".utf8)
+        try content.write(to: URL(fileURLWithPath: victim))
+        let planted = dir + "/keybag.tmp-99999-1"
+        try #require(link(victim, planted) == 0)
+        try FileSystem().shred(planted)
+        #expect(!FileManager.default.fileExists(atPath: planted))
+        #expect(FileManager.default.contents(atPath: victim) == content)
     }
 
     @Test func readsLeaveTheAccessTimeAlone() throws {
