@@ -97,6 +97,7 @@ public final class Device: @unchecked Sendable {
     private var keys: DeviceKeys
     private var keybag: Keybag?
     private var currentState: DeviceState
+    /// When the grace period ends, on the clock's ``DeviceClock/elapsed()``.
     private var graceDeadline: Double?
     private var classKeys: [ProtectionClass: SecretBytes] = [:]
     private var openObjects: [String: OpenObject] = [:]
@@ -268,7 +269,8 @@ public final class Device: @unchecked Sendable {
     public var graceEndsAt: Double? {
         lock.withLock {
             expireGrace()
-            return currentState == .locking ? graceDeadline : nil
+            // The deadline is on the elapsed clock; told in the wall clock's time.
+            return currentState == .locking ? graceDeadline.map { clock.now() + ($0 - clock.elapsed()) } : nil
         }
     }
 
@@ -280,7 +282,7 @@ public final class Device: @unchecked Sendable {
             var attempts = 0
             var next: Double?
             if currentState != .wiped {
-                let record = try directory.readRecord(macKey: keys.recordMACKey)
+                let record = try readRecordSettlingTime(now: now)
                 attempts = Int(record.failedAttempts)
                 if let t = PasscodePolicy.nextAttempt(failedAttempts: attempts, lastFailure: Double(record.lastFailureTime)),
                    t > now {
@@ -292,7 +294,7 @@ public final class Device: @unchecked Sendable {
                 passcodeSet: keybag?.hasPasscode ?? false,
                 readableClasses: ProtectionClass.allCases.filter { canRead($0) }.map(\.canonicalName),
                 creatableClasses: ProtectionClass.allCases.filter { canCreate($0) }.map(\.canonicalName),
-                graceRemaining: currentState == .locking ? max(0, (graceDeadline ?? now) - now) : nil,
+                graceRemaining: currentState == .locking ? graceDeadline.map { max(0, $0 - clock.elapsed()) } ?? 0 : nil,
                 graceSeconds: Int(keybag?.graceSeconds ?? 0),
                 failedAttempts: attempts,
                 nextAttemptAllowedAt: next,
@@ -372,7 +374,7 @@ public final class Device: @unchecked Sendable {
     }
 
     private func expireGrace() {
-        guard currentState == .locking, let deadline = graceDeadline, clock.now() >= deadline else { return }
+        guard currentState == .locking, let deadline = graceDeadline, clock.elapsed() >= deadline else { return }
         evictOnLock()
     }
 
@@ -429,10 +431,25 @@ public final class Device: @unchecked Sendable {
     /// Returns the passcode key on success, and the CPU time its
     /// derivation (scrypt at the keybag's cost, then HKDF) took on this
     /// thread, where the system could tell.
+    /// The device record, with a last failure recorded later than `now`
+    /// (the wall clock was set back since) moved to `now` and written
+    /// back: the wait it starts is then the policy's, from the first time
+    /// the device saw the clock behind it, and not a wait that moves on
+    /// with the clock. Called with `lock` held.
+    private func readRecordSettlingTime(now: Double) throws -> DeviceRecord {
+        var record = try directory.readRecord(macKey: keys.recordMACKey)
+        let seconds = Int64(now.rounded(.down))
+        if record.lastFailureTime > seconds {
+            record.lastFailureTime = seconds
+            try directory.writeRecord(record, macKey: keys.recordMACKey)
+        }
+        return record
+    }
+
     private func verifyPasscode(_ passcode: SecretBytes, keybag: Keybag)
         throws -> (key: SecretBytes, derivationTime: Duration?) {
-        let before = try directory.readRecord(macKey: keys.recordMACKey)
         let now = clock.now()
+        let before = try readRecordSettlingTime(now: now)
         let attempts = Int(before.failedAttempts)
         if let next = PasscodePolicy.nextAttempt(failedAttempts: attempts, lastFailure: Double(before.lastFailureTime)),
            now < next {
@@ -614,7 +631,7 @@ public final class Device: @unchecked Sendable {
                     evictOnLock()
                 } else {
                     currentState = .locking
-                    graceDeadline = clock.now() + grace
+                    graceDeadline = clock.elapsed() + grace
                 }
             case .locking where immediately:
                 evictOnLock()

@@ -4,11 +4,20 @@ import LockerDevice
 import LockerFormat
 import Synchronization
 
-/// A clock the test moves by hand.
+/// A clock the test moves by hand: time passing moves the wall clock and
+/// the elapsed one; setting the time moves the wall clock alone.
 final class ManualClock: DeviceClock {
-    private let seconds = Mutex<Double>(1_800_000_000)
-    func now() -> Double { seconds.withLock { $0 } }
-    func advance(_ delta: Double) { seconds.withLock { $0 += delta } }
+    private let wall = Mutex<Double>(1_800_000_000)
+    private let sinceBoot = Mutex<Double>(1_000)
+    func now() -> Double { wall.withLock { $0 } }
+    func elapsed() -> Double { sinceBoot.withLock { $0 } }
+    func advance(_ delta: Double) {
+        wall.withLock { $0 += delta }
+        sinceBoot.withLock { $0 += delta }
+    }
+    /// Steps the wall clock by `delta` (negative: back), as NTP or a user
+    /// setting the time does, with no time passing.
+    func setTime(by delta: Double) { wall.withLock { $0 += delta } }
 }
 
 /// A fresh device directory under /tmp, removed by `cleanUp`.

@@ -50,6 +50,27 @@ import Testing
         #expect(try device.status().failedAttempts == 0)
     }
 
+    /// A lockout recorded while the wall clock was a day ahead does not
+    /// last a day once the clock is set right: the last failure counts as
+    /// now, and the wait is the policy's.
+    @Test func aLockoutIsNotLengthenedByAClockSetBack() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let clock = ManualClock()
+        let device = try makeDevice(temp, clock: clock)
+        device.lock(immediately: true)
+        for i in 1...5 { _ = try? device.unlock(passcode: passcode("wrong\(i)")) }
+        #expect(try device.status().failedAttempts == 5)
+        clock.setTime(by: -86_400)
+        #expect(try device.status().nextAttemptAllowedAt == clock.now() + 60)
+        #expect(throws: DeviceError.lockedOut(failedAttempts: 5, until: clock.now() + 60)) {
+            try device.unlock(passcode: passcode("1234"))
+        }
+        clock.advance(60)
+        try device.unlock(passcode: passcode("1234"))
+        #expect(device.state == .unlocked)
+    }
+
     @Test func eraseAfterN() throws {
         let temp = TemporaryDevice()
         defer { temp.cleanUp() }

@@ -190,6 +190,31 @@ import Testing
         #expect(device.state == .locked)
     }
 
+    /// The grace period is measured on the elapsed clock: a wall clock
+    /// set back an hour during it (NTP stepping it) does not keep the
+    /// class A and B keys an hour longer, nor does one set forward end it.
+    @Test func graceIsNotMovedBySettingTheTime() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let clock = ManualClock()
+        let device = try makeDevice(temp, clock: clock, grace: 5)
+        let a = try device.wrap(fileKey: SecretBytes(randomCount: 32), for: .complete)
+        device.lock(immediately: false)
+        clock.setTime(by: -3600)
+        #expect(try device.status().graceRemaining == 5)
+        #expect(try #require(device.graceEndsAt) == clock.now() + 5)
+        clock.advance(4.9)
+        #expect(throws: Never.self) { try device.unwrap(a) }
+        clock.advance(0.1)
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) { try device.unwrap(a) }
+        #expect(device.state == .locked)
+        try device.unlock(passcode: passcode("1234"))
+        device.lock(immediately: false)
+        clock.setTime(by: 3600)
+        #expect(throws: Never.self) { try device.unwrap(a) }
+        #expect(device.state == .locking)
+    }
+
     @Test func lockNowSkipsGrace() throws {
         let temp = TemporaryDevice()
         defer { temp.cleanUp() }
