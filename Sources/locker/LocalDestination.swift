@@ -183,9 +183,15 @@ struct DirectoryFence: Sendable {
     /// Throws a usage error (exit 64) if `status` is a fenced directory;
     /// `path` is how the fetch names it.
     func check(_ status: FileStatus, path: String) throws {
-        guard let hit = fenced.first(where: { $0.device == status.device && $0.inode == status.inode }) else { return }
-        throw CommandFailure(.usage, "cannot write into \(path): it is \(hit.what), and fetched plaintext must not be written there",
+        guard let what = fencedName(device: status.device, inode: status.inode) else { return }
+        throw CommandFailure(.usage, "cannot write into \(path): it is \(what), and fetched plaintext must not be written there",
                              hint: "fetch into a directory that does not hold the store or the device directory")
+    }
+
+    /// What errors call the fenced directory that is this file (device
+    /// and inode), if it is one.
+    func fencedName(device: UInt64, inode: UInt64) -> String? {
+        fenced.first(where: { $0.device == device && $0.inode == inode })?.what
     }
 }
 

@@ -109,14 +109,31 @@ struct GlobalOptions: ParsableArguments {
         while probe != "/", !FileManager.default.fileExists(atPath: probe) {
             probe = (probe as NSString).deletingLastPathComponent
         }
-        guard let resolved = Self.resolved(probe) else { return }
+        if let (directory, what) = containing(probe) {
+            throw CommandFailure(.usage, "\(destination) is inside the \(what) \(directory): fetched plaintext must not be written there",
+                                 hint: "give a destination outside \(directory)")
+        }
+    }
+
+    /// Refuses a tree to store (`put -r`'s SRC) that is the store or the
+    /// device directory, or lies inside either: the store would take in
+    /// its own files, or the device's secret.
+    func refuseSourceInside(_ source: String) throws {
+        if let (directory, what) = containing(Self.absolute(source)) {
+            throw CommandFailure(.usage, "\(source) is inside the \(what) \(directory), which is not stored in the store",
+                                 hint: "store a directory outside \(directory)")
+        }
+    }
+
+    /// The store or the device directory, and what it is called, if the
+    /// existing `path` is it or lies inside it (links resolved).
+    private func containing(_ path: String) -> (directory: String, what: String)? {
+        guard let resolved = Self.resolved(path) else { return nil }
         for (directory, what) in [(storePath, "store"), (devicePath, "device directory")] {
             guard let base = Self.resolved(directory) else { continue }
-            if Self.isWithin(resolved, base) {
-                throw CommandFailure(.usage, "\(destination) is inside the \(what) \(directory): fetched plaintext must not be written there",
-                                     hint: "give a destination outside \(directory)")
-            }
+            if Self.isWithin(resolved, base) { return (directory, what) }
         }
+        return nil
     }
 
     /// The store and the device directory as a tree fetch must never enter

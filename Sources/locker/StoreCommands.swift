@@ -159,10 +159,11 @@ struct Put: ParsableCommand {
         if tree && open {
             throw CommandFailure(.usage, "--open keeps one object open, not a tree", hint: "store the tree, then 'locker open' each object")
         }
+        if tree { try global.refuseSourceInside(source) }
         let store = try global.openStore(create: true)
         if tree {
             let changes = ChangedSources()
-            let imported = Result { try importTree(store, from: source, to: target, changes: changes) }
+            let imported = Result { try importTree(store, from: source, to: target, fence: global.fence(), changes: changes) }
             // Said even when the import stopped part way: what was stored
             // stays stored.
             changes.warnEach()
@@ -268,7 +269,9 @@ struct Put: ParsableCommand {
     /// on; `local` itself must be readable. Returns how many objects were
     /// stored, how many entries were skipped, and how many could not be
     /// read; the files that changed while they were read go into `changes`.
-    func importTree(_ store: Store, from local: String, to target: StorePath,
+    /// Directories of the tree that are in `fence` (the store and the
+    /// device directory) are skipped, with what is below them.
+    func importTree(_ store: Store, from local: String, to target: StorePath, fence: DirectoryFence,
                     changes: ChangedSources) throws -> (stored: Int, skipped: Int, unreadable: Int) {
         // "SRC/" names the same tree; warnings name SRC/NAME with one slash.
         let local = splitLocalPath(local).trimmed
@@ -283,6 +286,10 @@ struct Put: ParsableCommand {
         func skip(_ path: String, _ st: stat) {
             skipped += 1
             warn("skipped \(path): \(describeFileType(st.st_mode)), not stored")
+        }
+        /// The store or the device directory, if the directory `st` is.
+        func fenced(_ st: stat) -> String? {
+            fence.fencedName(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
         }
         /// `path`: already escaped (``escapedBytes(_:)``).
         func skip(unnamed path: String) {
@@ -308,7 +315,13 @@ struct Put: ParsableCommand {
             do {
                 let names = try localSubdirectories(of: local, in: localTree)
                 directories.append(target)
-                for name in names { try collect(local + "/" + name, target.appending(name)) }
+                for name in names {
+                    // No directory is made in the store for the store or
+                    // the device directory; the walk warns of each.
+                    var st = stat()
+                    if lstat(local + "/" + name, &st) == 0, fenced(st) != nil { continue }
+                    try collect(local + "/" + name, target.appending(name))
+                }
             } catch let entry as UnreadableSource where entry.path == local && local != localTree.path {
                 unlistable[local] = entry
             }
@@ -380,7 +393,10 @@ struct Put: ParsableCommand {
             for (name, st) in listing.entries.sorted(by: { $0.name < $1.name }) {
                 let localPath = local + "/" + name
                 if st.st_mode & S_IFMT == S_IFDIR {
-                    if let entry = unlistable[localPath] {
+                    if let what = fenced(st) {
+                        skipped += 1
+                        warn("skipped \(localPath): \(what), not stored")
+                    } else if let entry = unlistable[localPath] {
                         skip(entry)
                     } else {
                         try visit(localPath, target.appending(name))

@@ -553,6 +553,32 @@ struct StoreCLITests {
         }
     }
 
+    /// `put -r` of a tree that holds the store and the device directory
+    /// (a home directory holds both by default) skips both, with a warning
+    /// each: the store is not stored into itself, nor the device's secret
+    /// into the store. A tree inside either is refused.
+    @Test func putTreeSkipsTheStoreAndTheDevice() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try Data("mine".utf8).write(to: URL(fileURLWithPath: f.root + "/own.txt"))
+            let r = try f.run(["put", "-r", f.root, "/home", "--class", "C"])
+            #expect(r.status == 0, "\(r)")
+            #expect(r.stderr.contains("locker: warning: skipped \(f.root)/s: the store \(f.store), not stored\n"), "\(r)")
+            #expect(r.stderr.contains("locker: warning: skipped \(f.root)/d: the device directory \(f.device), not stored\n"), "\(r)")
+            let listed = try f.ok(["ls", "/home"]).stdout.split(separator: "\n").map(String.init)
+            #expect(listed.contains("own.txt"), "\(listed)")
+            #expect(!listed.contains("s/") && !listed.contains("d/"), "\(listed)")
+            #expect(try f.ok(["get", "/home/own.txt"]).stdout == "mine")
+            for inside in [f.store, f.store + "/ns", f.device] {
+                let refused = try f.run(["put", "-r", inside, "/x"])
+                #expect(refused.status == 64, "\(inside): \(refused)")
+                #expect(refused.stderr.hasPrefix("locker: error: \(inside) is inside the "), "\(inside): \(refused)")
+            }
+            #expect(try f.run(["stat", "/x"]).status == 66)
+            #expect(try f.ok(["verify"]).status == 0)
+        }
+    }
+
     /// A local file's name is stored as it is: a leading "~" is not a home
     /// directory (URL would expand "~root" to "/root", so two files would
     /// land on one object, or a name would be "/").
