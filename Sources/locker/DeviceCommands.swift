@@ -103,6 +103,17 @@ struct Init: ParsableCommand {
         let newStore = try madeFor(store)
         if newDevice != nil, Self.holdsObjects(store: store) { throw foreignStore }
         let client = try global.client(creatingDevice: true)
+        // A signal while this waits for the passcode ends the process at
+        // once (init does not stop at Interruption.check), with the
+        // cleanups registered: the same removal as a failure's, on the
+        // signal's thread.
+        let signalCleanup = newDevice.map { outermost in
+            Interruption.registerCleanup { [fileSystem] in
+                guard Self.hasNoDevice(client) else { return }
+                Self.remove(device: device, upTo: outermost, agent: client, fileSystem: fileSystem)
+            }
+        }
+        defer { if let signalCleanup { Interruption.unregisterCleanup(signalCleanup) } }
         var initializedHere = false
         do {
             try initialize(client, refusing: foreignStore) { initializedHere = true }
@@ -120,9 +131,7 @@ struct Init: ParsableCommand {
             // in the directories made on the way, which go only if empty.
             let deviceIsOurs = initializedHere || Self.hasNoDevice(client)
             if let newDevice, deviceIsOurs {
-                if let pid = try? client.agentProcessID() { Self.stop(agent: pid) }
-                try? fileSystem.removeTree(device)
-                Self.removeEmptyDirectories(above: device, upTo: newDevice, fileSystem: fileSystem)
+                Self.remove(device: device, upTo: newDevice, agent: client, fileSystem: fileSystem)
             }
             // The store is made only once the device is initialized.
             if let newStore, initializedHere {
@@ -131,6 +140,14 @@ struct Init: ParsableCommand {
             }
             throw error
         }
+    }
+
+    /// Stops the agent, removes the device directory `device`, and the
+    /// directories above it up to `outermost` while they are empty.
+    static func remove(device: String, upTo outermost: String, agent client: AgentClient, fileSystem: FileSystem) {
+        if let pid = try? client.agentProcessID() { stop(agent: pid) }
+        try? fileSystem.removeTree(device)
+        removeEmptyDirectories(above: device, upTo: outermost, fileSystem: fileSystem)
     }
 
     /// Whether the agent says no device has been initialized at its

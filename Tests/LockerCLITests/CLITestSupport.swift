@@ -312,6 +312,13 @@ func isZombie(_ pid: Int32) -> Bool {
     return rest.hasPrefix("Z") || rest.hasPrefix("X")
 }
 
+/// Whether `pid`'s main thread is blocked reading its standard input
+/// (`read` is system call 0 on x86_64 and 63 on arm64).
+func isReadingStandardInput(_ pid: Int32) -> Bool {
+    guard let call = try? String(contentsOfFile: "/proc/\(pid)/syscall", encoding: .utf8) else { return false }
+    return call.hasPrefix("0 0x0 ") || call.hasPrefix("63 0x0 ")
+}
+
 func isAlive(_ pid: Int32) -> Bool {
     kill(pid, 0) == 0 && !isZombie(pid)
 }

@@ -66,6 +66,30 @@ struct InterruptionCLITests {
         #expect(verify.status == 0, "\(verify)", sourceLocation: sourceLocation)
     }
 
+    /// Ctrl-C while `init` waits for its passcode ends it by the signal
+    /// and leaves nothing it made: the agent it started is stopped, and the
+    /// device directory and the directories made on the way are removed.
+    @Test func anInitInterruptedAtItsPromptLeavesNothing() throws {
+        try withStoreFixture { f in
+            let fifo = f.root + "/passcode"
+            try #require(mkfifo(fifo, 0o600) == 0)
+            let writer = open(fifo, O_RDWR)
+            try #require(writer >= 0)
+            defer { close(writer) }
+            let fresh = f.root + "/fresh"
+            let device = fresh + "/a/device"
+            let run = try start(f, ["init", "--passcode-stdin", "--device", device, "--store", fresh + "/store"], stdin: fifo)
+            #expect(waitFor(seconds: 20) { isReadingStandardInput(run.process.processIdentifier) }, "the init is not waiting for its passcode")
+            #expect(FileManager.default.fileExists(atPath: device))
+            let agents = agentProcesses(serving: device)
+            #expect(!agents.isEmpty, "no agent was started")
+            kill(run.process.processIdentifier, SIGINT)
+            #expect(run.waitForSignal(seconds: 20) == SIGINT)
+            #expect(!FileManager.default.fileExists(atPath: fresh))
+            for pid in agents { #expect(waitUntilGone(pid), "the agent \(pid) still runs") }
+        }
+    }
+
     @Test func aGetInterruptedLeavesNoPartialFile() throws {
         try withStoreFixture { f in
             try f.initialize()

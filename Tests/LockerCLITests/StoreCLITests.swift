@@ -503,13 +503,6 @@ struct StoreCLITests {
         }
     }
 
-    /// Whether `pid`'s main thread is blocked reading its standard input
-    /// (`read` is system call 0 on x86_64 and 63 on arm64).
-    func isReadingStandardInput(_ pid: Int32) -> Bool {
-        guard let call = try? String(contentsOfFile: "/proc/\(pid)/syscall", encoding: .utf8) else { return false }
-        return call.hasPrefix("0 0x0 ") || call.hasPrefix("63 0x0 ")
-    }
-
     /// An `init` that fails at its passcode prompt removes only what is
     /// still its own: not a device, store and objects another `init`
     /// made meanwhile through the agent it started, nor a file put
