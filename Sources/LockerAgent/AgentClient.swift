@@ -532,6 +532,8 @@ final class Connection {
         switch try SocketIO.connect(to: path) {
         case .failure(let e) where e.value == ENOENT || e.value == ECONNREFUSED:
             return .notListening(e.message)
+        case .failure(let e) where e.value == EAGAIN:
+            throw AgentError.unavailable("the agent at \(path) took no connection within \(SocketIO.connectSeconds) s (stopped, or overloaded)")
         case .failure(let e):
             throw AgentError.unavailable("cannot connect to \(path): \(e.message)")
         case .success(let fd):

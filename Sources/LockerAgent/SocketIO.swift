@@ -50,11 +50,19 @@ enum SocketIO {
         socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     }
 
-    /// Connects to `path`. Returns the descriptor, or the errno.
-    static func connect(to path: String) throws -> Result<Int32, ErrnoCode> {
+    /// How long a connect waits for room in the agent's queue.
+    static let connectSeconds = 10
+
+    /// Connects to `path`, waiting up to `timeoutSeconds` while the
+    /// listener's queue is full (a stopped or stuck agent: a Unix socket's
+    /// connect waits for room, bounded by SO_SNDTIMEO, and then fails with
+    /// EAGAIN). Returns the descriptor, or the errno.
+    static func connect(to path: String, timeoutSeconds: Int = connectSeconds) throws -> Result<Int32, ErrnoCode> {
         var address = try address(for: path)
         let fd = makeSocket()
         guard fd >= 0 else { return .failure(ErrnoCode(errno)) }
+        var limit = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+        _ = setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         while true {
             let rc = withUnsafePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {

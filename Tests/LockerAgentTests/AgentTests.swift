@@ -1136,4 +1136,51 @@ struct AgentWireFormatTests {
         close(listener)
         #expect(kind(SocketIO.readFrame(queued)) == "reset")
     }
+
+    /// A connect to an agent whose queue is full (the agent stopped, or
+    /// stuck) gives up after its timeout with EAGAIN, instead of waiting
+    /// for ever for room in the queue.
+    @Test func aConnectToAFullQueueGivesUp() throws {
+        let dir = NSTemporaryDirectory() + "lka-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/agent.sock"
+        var address = try SocketIO.address(for: path)
+        let listener = SocketIO.makeSocket()
+        try #require(listener >= 0)
+        defer { close(listener) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        try #require(bound == 0 && listen(listener, 0) == 0)
+        // Fill the queue: connections nobody accepts, until one would wait.
+        var queued: [Int32] = []
+        defer { queued.forEach { close($0) } }
+        while queued.count < 64 {
+            let fd = SocketIO.makeSocket()
+            try #require(fd >= 0)
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            let rc = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            if rc != 0 {
+                close(fd)
+                try #require(errno == EAGAIN, "errno \(errno)")
+                break
+            }
+            queued.append(fd)
+        }
+        try #require(queued.count < 64, "the queue never filled")
+        let start = Date()
+        let result = try SocketIO.connect(to: path, timeoutSeconds: 1)
+        let waited = Date().timeIntervalSince(start)
+        switch result {
+        case .success(let fd):
+            close(fd)
+            Issue.record("connected to a full queue")
+        case .failure(let e):
+            #expect(e.value == EAGAIN, "\(e.message)")
+        }
+        #expect(waited >= 0.9 && waited < 5, "waited \(waited) s")
+    }
 }
