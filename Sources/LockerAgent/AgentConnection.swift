@@ -151,8 +151,19 @@ final class AgentConnection: @unchecked Sendable {
         WireFormat.writeSecret(&w, key, lengthPrefixed: false)
     }
 
+    /// How many status documents are built, or sent over several frames,
+    /// at once. A document reaches about 24 MiB (4096 open objects with
+    /// the longest IDs), and 24 connections asking at once without reading
+    /// their replies took the agent to 1.2 GiB; one frame's worth goes into
+    /// the socket's buffer at once, so only large ones hold a slot while
+    /// they are sent.
+    private static let statusSlots = DispatchSemaphore(value: 2)
+
     /// Status as JSON, split over continuation frames if it outgrows one.
     private func sendStatus() -> Bool {
+        Self.statusSlots.wait()
+        var holding = true
+        defer { if holding { Self.statusSlots.signal() } }
         let json: [UInt8]
         do {
             json = try Self.statusDocument(try core.device().status())
@@ -160,6 +171,10 @@ final class AgentConnection: @unchecked Sendable {
             return send(WireFormat.encodeError(error))
         }
         let firstRoom = WireFormat.maxPayloadBytes - 5
+        if json.count <= firstRoom {
+            holding = false
+            Self.statusSlots.signal()
+        }
         var w = ByteWriter(capacity: min(json.count, firstRoom) + 5)
         w.write(WireFormat.ResponseKind.ok.rawValue)
         w.write(UInt32(json.count))

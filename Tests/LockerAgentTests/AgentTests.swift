@@ -242,6 +242,46 @@ struct AgentTests {
         return String(digits) + String(repeating: "\u{1}", count: WireFormat.maxObjectIDBytes - 3)
     }
 
+    /// Many connections asking for the largest status at once, none
+    /// reading its reply, do not make the agent hold a document for each:
+    /// only two are built or sent at a time. Each is about 24 MiB; 24
+    /// connections took the agent to 1.2 GiB before.
+    @Test func largeStatusRepliesAreBuiltTwoAtATime() throws {
+        let fixture = try AgentFixture()
+        defer { fixture.tearDown() }
+        let client = try fixture.initializedClient()
+        let fd = try rawConnect(try fixture.socketPath)
+        defer { close(fd) }
+        let fileKey = try SecretBytes(randomCount: 32)
+        let requests = (0..<Device.maxOpenObjects).map {
+            AgentRequest.registerOpen(objectID: Self.longestEscapedID($0), fileKey: fileKey, protectionClass: .none).encoded()
+        }
+        #expect(pipelined(fd, requests).allSatisfy { $0 == [WireFormat.ResponseKind.ok.rawValue] })
+        let pid = try #require(fixture.pidFromFile)
+        func residentMiB() -> Int {
+            let text = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+            let line = text.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+            return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) / 1024
+        }
+        var askers: [Int32] = []
+        defer { askers.forEach { close($0) } }
+        for _ in 0..<24 {
+            let asker = try rawConnect(try fixture.socketPath)
+            askers.append(asker)
+            sendRaw(asker, frame(AgentRequest.status.encoded()))
+        }
+        // Long enough for every document to be built, were they all.
+        var peak = 0
+        for _ in 0..<30 {
+            peak = max(peak, residentMiB())
+            usleep(100_000)
+        }
+        #expect(peak > 0 && peak < 600, "the agent reached \(peak) MiB")
+        askers.forEach { close($0) }
+        askers.removeAll()
+        #expect(try client.status().openObjects.count == Device.maxOpenObjects)
+    }
+
     @Test("the agent keeps at most 4096 objects open, whatever a client pipelines, and its status still fits a reply")
     func openObjectLimit() throws {
         let fixture = try AgentFixture()
