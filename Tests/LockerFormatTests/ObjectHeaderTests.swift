@@ -123,7 +123,9 @@ struct ObjectHeaderTests {
             #expect(try ObjectHeader.open(header.sealed(with: keys), with: keys) == header, "name \(name.utf8.count) bytes")
         }
         for chunkSize in ChunkLayout.allowedChunkSizes {
-            for length: UInt64 in [0, 1, UInt64(chunkSize), ChunkLayout.maxPlaintextLength] {
+            // The longest object the format takes at this chunk size.
+            let longest = min(ChunkLayout.maxPlaintextLength, ChunkLayout.maxChunkCount * UInt64(chunkSize))
+            for length: UInt64 in [0, 1, UInt64(chunkSize), longest] {
                 let bounds = try ChunkLayout.dataLengthBounds(plaintextLength: length, chunkSize: chunkSize)
                 for dataLength in [bounds.lowerBound, bounds.upperBound] {
                     let header = try sampleHeader(fileKey: fileKey, plaintextLength: length, chunkSize: chunkSize,
@@ -467,7 +469,9 @@ struct ObjectHeaderTests {
     @Test("validate refuses a data length outside the bounds")
     func validateDataLength() throws {
         let fileKey = try newFileKey()
-        for length: UInt64 in [0, 1, 100_000, ChunkLayout.maxPlaintextLength] {
+        // The longest object the chunk limit allows at this chunk size.
+        let longest = ChunkLayout.maxChunkCount * UInt64(smallChunk)
+        for length: UInt64 in [0, 1, 100_000, longest] {
             let bounds = try ChunkLayout.dataLengthBounds(plaintextLength: length, chunkSize: smallChunk)
             var header = try sampleHeader(fileKey: fileKey, plaintextLength: length)
             for good in [bounds.lowerBound, bounds.upperBound] {
@@ -482,6 +486,11 @@ struct ObjectHeaderTests {
                 #expect(throws: FormatError.invalidField("data length")) { _ = try header.sealed(with: newMetadataKeys()) }
             }
         }
+        // One chunk more than a reader takes: refused whatever the data
+        // length says (format.md: a reader MUST refuse such a header).
+        let tooManyChunks = try sampleHeader(fileKey: fileKey, plaintextLength: longest + 1)
+        #expect(throws: FormatError.invalidField("chunk count")) { try tooManyChunks.validate() }
+        #expect(throws: FormatError.invalidField("chunk count")) { _ = try tooManyChunks.sealed(with: newMetadataKeys()) }
         var tooLong = try sampleHeader(fileKey: fileKey)
         tooLong.plaintextLength = ChunkLayout.maxPlaintextLength + 1
         #expect(throws: FormatError.invalidField("length")) { try tooLong.validate() }

@@ -228,6 +228,9 @@ public struct ObjectHeader: Sendable, Equatable {
         guard ChunkLayout.allowedChunkSizes.contains(chunkSize) else { throw FormatError.invalidField("chunk size") }
         guard compression == Self.compressionLZ4 else { throw FormatError.invalidField("compression") }
         guard plaintextLength <= ChunkLayout.maxPlaintextLength else { throw FormatError.invalidField("length") }
+        // The format's limit on every header, not only on those whose data
+        // is read: stat, ls and verify see the same header as get.
+        guard chunkCount <= ChunkLayout.maxChunkCount else { throw FormatError.invalidField("chunk count") }
         let expected = try ChunkLayout.dataLengthBounds(plaintextLength: plaintextLength, chunkSize: chunkSize)
         guard expected.contains(dataLength) else { throw FormatError.invalidField("data length") }
         if let inlineData {
