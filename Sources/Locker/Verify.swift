@@ -194,6 +194,11 @@ extension Store {
                     report.damaged.append(.init(location: itemPath.description, reason: what))
                 } catch DeviceError.integrity(let what) {
                     report.damaged.append(.init(location: itemPath.description, reason: what))
+                } catch let error as IOError {
+                    // One object the disk cannot give back is reported, and
+                    // the others are still read: the report is what verify
+                    // is for.
+                    report.damaged.append(.init(location: itemPath.description, reason: "its data cannot be read: \(error)"))
                 }
             }
             progress?(objects.count, objects.count)

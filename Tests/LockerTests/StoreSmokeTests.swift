@@ -48,6 +48,42 @@ import Synchronization
         #expect(try store.list(StorePath("/d")).map { Array($0.path.name.utf8) } == [Array(mark.utf8)])
     }
 
+    /// `verify --read-data` reports an object whose data the disk cannot
+    /// give back (EIO) as damaged, and goes on reading the others: it used
+    /// to stop the whole report at that error.
+    @Test func verifyReadingDataGoesOnPastAnObjectTheDiskCannotRead() throws {
+        let dataFiles = Mutex<Set<Int32>>([])
+        let failed = Mutex(false)
+        var syscalls = Syscalls.system
+        let open = syscalls.open
+        let pread = syscalls.pread
+        syscalls.open = { path, flags, mode in
+            let fd = open(path, flags, mode)
+            if fd >= 0, path.contains("/data/") { dataFiles.withLock { _ = $0.insert(fd) } }
+            return fd
+        }
+        // The first read of a data file fails, once.
+        syscalls.pread = { fd, buffer, offset in
+            if dataFiles.withLock({ $0.contains(fd) }), failed.withLock({ let first = !$0; $0 = true; return first }) {
+                errno = EIO
+                return -1
+            }
+            return pread(fd, buffer, offset)
+        }
+        try Self.withStore(fileSystem: FileSystem(syscalls: syscalls)) { store, _ in
+            // Incompressible and larger than the inline limit: each has a
+            // data file.
+            for name in ["/a", "/b", "/c"] {
+                try store.put(StorePath(name), bytes: (0..<300_000).map { _ in UInt8.random(in: 0...255) })
+            }
+            let report = try store.verify(readData: true)
+            #expect(failed.withLock { $0 }, "no data file read failed")
+            #expect(report.damaged.count == 1, "\(report.damaged)")
+            #expect(report.damaged.first?.reason.hasPrefix("its data cannot be read: ") == true, "\(report.damaged)")
+            #expect(report.objectsReadInFull == 2)
+        }
+    }
+
     /// A path made from components is not checked when it is made; the
     /// store refuses a component no entry may have before it writes
     /// anything, on every path that names an entry: an object named "/"
