@@ -272,7 +272,10 @@ enum ErrorPresenter {
         case .protocolViolation:
             return (.failure, "the agent sent a malformed reply", "run 'locker reboot' to restart it")
         case .peerRefused:
-            return (.passcode, "the agent refused this user", nil)
+            // Not a passcode failure (77): a process of another user
+            // listens at this device's socket, and nothing is sent to it.
+            return (.failure, "the agent's socket is served by a process of another user; nothing was sent to it",
+                    "a device is usable only by the user who owns it; check --device and $LOCKER_DEVICE")
         case .socketPathTooLong(let path):
             return (.usage, "the agent socket path is too long: \(path)", "use a shorter --device path")
         case .invalidArgument(let why):

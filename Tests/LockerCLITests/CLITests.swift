@@ -28,6 +28,43 @@ struct CLITests {
     }
 
     // 2
+    /// A device whose socket is served by a process of another user (the
+    /// socket replaced while its agent was down) is refused before anything
+    /// is sent to it, with exit 1, as an unavailable agent, not 77 (a wrong
+    /// passcode).
+    @Test(.enabled(if: OtherUser.isPossible, OtherUser.needs))
+    func anAgentSocketOfAnotherUserIsRefused() throws {
+        try withOtherUser { f, other in
+            try f.initialize()
+            try f.ok(["reboot"])
+            // uid 65534 listens on a socket in its home, which is then put
+            // where the device's agent listens.
+            let foreign = other.home + "/foreign.sock"
+            let listener = Process()
+            listener.executableURL = URL(fileURLWithPath: try #require(setprivPath))
+            listener.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                                  "import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(8); time.sleep(30)",
+                                  foreign]
+            try listener.run()
+            defer {
+                kill(listener.processIdentifier, SIGKILL)
+                listener.waitUntilExit()
+            }
+            var st = stat()
+            let deadline = Date().addingTimeInterval(20)
+            while Date() < deadline && lstat(foreign, &st) != 0 { usleep(10_000) }
+            try #require(rename(foreign, f.device + "/agent.sock") == 0, "errno \(errno)")
+            let r = try f.run(["status"])
+            #expect(r.status == 1, "\(r)")
+            #expect(r.stderr == """
+                locker: error: the agent's socket is served by a process of another user; nothing was sent to it
+                locker: hint: a device is usable only by the user who owns it; check --device and $LOCKER_DEVICE
+
+                """, "\(r)")
+            try? FileManager.default.removeItem(atPath: f.device + "/agent.sock")
+        }
+    }
+
     @Test func initUnlocksAndRefusesASecondInit() throws {
         try withFixture { f in
             let r = try f.run(["init", "--passcode-stdin"], stdin: "1234\n")
