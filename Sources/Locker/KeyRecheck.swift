@@ -1,4 +1,4 @@
-import Foundation
+internal import Foundation
 
 /// Asks the device again, during a long read, whether the object's key is
 /// still to be had: at most once per ``interval``, before a batch or run
