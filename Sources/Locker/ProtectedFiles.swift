@@ -24,8 +24,9 @@ extension Store {
     ///
     /// The protection option in `options` gives the object's class
     /// (`.completeFileProtection` → complete, …, `.noFileProtection` →
-    /// none). Without one, the object inherits the default of its nearest
-    /// ancestor directory, else the store's default. `.atomic` is accepted
+    /// none). Without one, an object written over keeps its class if that
+    /// was set explicitly; otherwise the object inherits the default of
+    /// its nearest ancestor directory, else the store's default. `.atomic` is accepted
     /// and changes nothing: every write replaces the object atomically.
     /// `.withoutOverwriting` is refused with
     /// ``ProtectedFileError/unsupportedWritingOptions(_:)`` (the store

@@ -198,6 +198,24 @@ extension Store {
                 ?? inheritedClass(for: item.path, chain: chain, storeDefault: &storeDefault)
             targets.append(Target(parent: parent, protection: cls, source: source, inTree: inTree))
         }
+        // An object replaced with no class given keeps an explicit class
+        // (``explicitClass(replacing:in:)``). Only an existing directory
+        // can hold one; its headers are looked at on every core.
+        let replacing = items.indices.filter { items[$0].protection == nil && !targets[$0].inTree }
+        if !replacing.isEmpty {
+            var kept = [ProtectionClass?](repeating: nil, count: replacing.count)
+            try kept.withUnsafeMutableBufferPointer { buffer in
+                // Each iteration writes only its own slot.
+                let slots = Unchecked(buffer)
+                try forEachObject(replacing.count, threadsPerWorker: 1) { k in
+                    let i = replacing[k]
+                    slots.value[k] = explicitClass(replacing: items[i].path, in: targets[i].parent)
+                }
+            }
+            for (k, i) in replacing.enumerated() {
+                if let cls = kept[k] { (targets[i].protection, targets[i].source) = (cls, .explicit) }
+            }
+        }
 
         // Keys: one wrap request per class.
         let fileKeys = try SecretBytes.random(items.count, count: 32)

@@ -494,6 +494,21 @@ public final class Store: @unchecked Sendable {
         return try inheritedClass(for: path, chain: chain, storeDefault: &storeDefault)
     }
 
+    /// The class of the object at `path` in `parent`, if there is one and
+    /// its class was set explicitly: an object replaced with no class
+    /// given keeps it. Writing new content is not choosing the protection
+    /// again; without this, a class A object written over without a class
+    /// took its directory's default, perhaps D, without a word. An
+    /// inherited class is not kept: it follows the directories now, as a
+    /// new object's does. A header that cannot be read keeps nothing.
+    func explicitClass(replacing path: StorePath, in parent: Directory) -> ProtectionClass? {
+        guard let fsPath = try? entryPath(path.name, in: parent), (try? kind(of: fsPath)) == .object,
+              let old = try? readHeader(fsPath, name: path.name, in: parent, path: path),
+              case .explicit = old.protectionSource
+        else { return nil }
+        return old.protectionClass
+    }
+
     // MARK: Depth
 
     /// The longest file-system path a stored entry may have: the kernel's
@@ -1026,7 +1041,8 @@ public final class Store: @unchecked Sendable {
         // Missing parents get no default class, so the directories that
         // exist decide the class.
         let (found, complete) = try existingChain(to: path.parent)
-        var (cls, source0): (ProtectionClass, ProtectionSource) = try protection.map { ($0, .explicit) }
+        let kept = protection == nil && complete ? explicitClass(replacing: path, in: found.last!) : nil
+        var (cls, source0): (ProtectionClass, ProtectionSource) = try (protection ?? kept).map { ($0, .explicit) }
             ?? inheritedClass(for: path, chain: found)
         let fileKey = try SecretBytes(randomCount: 32)
         var wrapped = try keys.wrap(fileKey: fileKey, for: cls)

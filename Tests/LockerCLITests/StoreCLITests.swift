@@ -546,6 +546,25 @@ struct StoreCLITests {
         }
     }
 
+    /// A class A object written over without `--class` stays class A: it
+    /// used to take its directory's default, or the store's, without a
+    /// word, so that a secret became readable while locked. While locked,
+    /// it cannot be written over at all, as a new class A object cannot.
+    @Test func writingOverAnObjectKeepsItsExplicitClass() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/sec", Data("v1".utf8), ["--class", "A"])
+            let r = try f.put("/sec", Data("v2".utf8))
+            #expect(r.stdout.contains("complete, explicit"), "\(r)")
+            #expect(try f.ok(["stat", "/sec"]).stdout.contains("complete"))
+            try f.ok(["lock", "--now"])
+            let locked = try f.run(["put", try f.localFile(Data("v3".utf8)), "/sec"])
+            #expect(locked.status == 75, "\(locked)")
+            try f.ok(["unlock", "--passcode-stdin"], stdin: "1234\n")
+            #expect(try f.ok(["get", "/sec"]).stdout == "v2")
+        }
+    }
+
     /// `put -r` of a tree that holds the store and the device directory
     /// (a home directory holds both by default) skips both, with a warning
     /// each: the store is not stored into itself, nor the device's secret

@@ -48,6 +48,36 @@ import Synchronization
         #expect(try store.list(StorePath("/d")).map { Array($0.path.name.utf8) } == [Array(mark.utf8)])
     }
 
+    /// An object replaced with no class given keeps a class that was set
+    /// explicitly, through `put` and through a batch; an inherited class
+    /// follows the directory's default as it is now, as a new object's.
+    @Test func aReplacedObjectKeepsAnExplicitClass() throws {
+        try Self.withStore { store, _ in
+            try store.makeDirectory(StorePath("/d"), defaultClass: ProtectionClass.none)
+            let secret = try StorePath("/d/secret")
+            #expect(try store.put(secret, bytes: Array("v1".utf8), protection: .complete).protectionClass == .complete)
+            var info = try store.put(secret, bytes: Array("v2".utf8))
+            #expect(info.protectionClass == .complete && info.protectionSource == .explicit)
+            info = try store.putBatch([Self.item("/d/secret", Array("v3".utf8))])[0]
+            #expect(info.protectionClass == .complete && info.protectionSource == .explicit)
+            var read: [UInt8] = []
+            try store.read(secret) { read.append(contentsOf: $0) }
+            #expect(read == Array("v3".utf8))
+            // Given again, the class given wins.
+            #expect(try store.put(secret, bytes: [], protection: .completeUnlessOpen).protectionClass == .completeUnlessOpen)
+
+            // Inherited: follows the directory's default now.
+            let plain = try StorePath("/d/plain")
+            #expect(try store.put(plain, bytes: Array("v1".utf8)).protectionClass == ProtectionClass.none)
+            try store.setDefaultClass(.complete, ofDirectory: StorePath("/d"))
+            info = try store.put(plain, bytes: Array("v2".utf8))
+            #expect(info.protectionClass == .complete && info.protectionSource == .inherited("/d"))
+            try store.setDefaultClass(ProtectionClass.none, ofDirectory: StorePath("/d"))
+            info = try store.putBatch([Self.item("/d/plain", Array("v3".utf8))])[0]
+            #expect(info.protectionClass == ProtectionClass.none && info.protectionSource == .inherited("/d"))
+        }
+    }
+
     /// `verify --read-data` reports an object whose data the disk cannot
     /// give back (EIO) as damaged, and goes on reading the others: it used
     /// to stop the whole report at that error.
