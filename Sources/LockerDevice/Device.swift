@@ -776,6 +776,13 @@ public final class Device: @unchecked Sendable {
     public func open(objectID: String, wrapped: WrappedFileKey) throws -> SecretBytes {
         try lock.withLock {
             expireGrace()
+            // Open already: the key kept is given again, as reading the
+            // object does, even where its class key is not held now (a
+            // class B object opened before a lock). Object IDs are drawn
+            // afresh for each version, so this is the same key.
+            if let kept = openObjects[objectID], kept.protectionClass == wrapped.protectionClass {
+                return kept.fileKey
+            }
             let key = try unwrapLocked(wrapped)
             try keepOpen(objectID, OpenObject(protectionClass: wrapped.protectionClass, fileKey: key))
             return key

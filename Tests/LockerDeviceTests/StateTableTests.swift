@@ -240,6 +240,12 @@ import Testing
         #expect(throws: DeviceError.notOpen) { try device.openFileKey(objectID: "a") }
         #expect(throws: DeviceError.protectedDataUnavailable(.completeUnlessOpen)) { try device.unwrap(b) }
         #expect(try device.status().openObjects.map(\.id) == ["b"])
+        // Opened again while locked: the key kept, though B's class key
+        // is not held; A, evicted, is not.
+        #expect(try device.open(objectID: "b", wrapped: b) == keyB)
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) { try device.open(objectID: "a", wrapped: a) }
+        // The kept key is given only for the class it was kept under.
+        #expect(throws: DeviceError.protectedDataUnavailable(.complete)) { try device.open(objectID: "b", wrapped: a) }
         // B created while locked: readable through its open handle only.
         let fresh = try SecretBytes(randomCount: 32)
         let created = try device.wrap(fileKey: fresh, for: .completeUnlessOpen)
