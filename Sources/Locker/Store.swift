@@ -727,7 +727,9 @@ public final class Store: @unchecked Sendable {
 
     /// Sets (or clears) a directory's default class. Existing objects keep
     /// theirs unless `recursive`, which rewraps every object below to the
-    /// new class.
+    /// new class, or, when clearing it, to the class the directories then
+    /// give it (a new object's there: the nearest default left, else the
+    /// store's).
     ///
     /// With `recursive`, every key below is rewrapped before anything is
     /// written: if an object's class is locked now (or its key was reset),
@@ -735,13 +737,32 @@ public final class Store: @unchecked Sendable {
     /// that comes in the middle of the writes can still leave part done.
     public func setDefaultClass(_ cls: ProtectionClass?, ofDirectory path: StorePath, recursive: Bool = false) throws {
         let directory = try self.directory(at: path)
-        // Each object's key as it is, and rewrapped to `cls`.
-        var rewrapped: [(path: StorePath, from: WrappedFileKey, to: WrappedFileKey)] = []
-        if recursive, let cls {
+        // Each object's key as it is, and rewrapped to its new class: `cls`,
+        // or with `inherit` (nil) the class its directories give it once
+        // this one has no default (a new object's), with where it came
+        // from.
+        var rewrapped: [(path: StorePath, from: WrappedFileKey, to: WrappedFileKey, cls: ProtectionClass, source: ProtectionSource)] = []
+        if recursive {
+            var chains: [StorePath: [Directory]] = [:]
+            var storeDefault: ProtectionClass?
             try walk(path) { itemPath, isDirectory in
                 guard !isDirectory else { return }
                 let key = try object(at: itemPath).header.wrappedKey
-                rewrapped.append((itemPath, key, try keys.rewrap(key, to: cls)))
+                let target: (ProtectionClass, ProtectionSource)
+                if let cls {
+                    target = (cls, .inherited(path.description))
+                } else {
+                    let parent = itemPath.parent
+                    let chain = try chains[parent] ?? directoryChain(to: parent).map { d in
+                        guard d.storePath == path else { return d }
+                        var record = d.record
+                        record.defaultClass = nil
+                        return Directory(fsPath: d.fsPath, record: record, storePath: d.storePath)
+                    }
+                    chains[parent] = chain
+                    target = try inheritedClass(for: itemPath, chain: chain, storeDefault: &storeDefault)
+                }
+                rewrapped.append((itemPath, key, try keys.rewrap(key, to: target.0), target.0, target.1))
             }
         }
         do {
@@ -756,10 +777,8 @@ public final class Store: @unchecked Sendable {
             record.defaultClass = cls
             try writeAtomically(current.fsPath + "/.dir", record.sealed(with: metadata))
         }
-        if let cls {
-            for (itemPath, from, to) in rewrapped {
-                try setClass(itemPath, to: cls, source: .inherited(path.description), rewrapped: (from, to))
-            }
+        for (itemPath, from, to, cls, source) in rewrapped {
+            try setClass(itemPath, to: cls, source: source, rewrapped: (from, to))
         }
     }
 

@@ -78,6 +78,32 @@ import Synchronization
         }
     }
 
+    /// Clearing a directory's default with `recursive` rewraps each object
+    /// below to the class its directories then give it, with that source:
+    /// it used to clear the default and leave every object as it was,
+    /// still saying it inherited from the directory.
+    @Test func clearingADefaultRecursivelyRewrapsToWhatTheDirectoriesGive() throws {
+        try Self.withStore { store, _ in
+            try store.makeDirectory(StorePath("/R"), defaultClass: ProtectionClass.none)
+            try store.makeDirectory(StorePath("/R/S"), defaultClass: .complete)
+            try store.put(StorePath("/R/x"), bytes: Array("x".utf8))
+            try store.put(StorePath("/R/S/y"), bytes: Array("y".utf8))
+            try store.setDefaultClass(.completeUnlessOpen, ofDirectory: StorePath("/R"), recursive: true)
+            func info(_ path: String) throws -> ObjectInfo {
+                guard case .object(let object) = try store.stat(StorePath(path)).kind else { throw StoreError.notFound(path) }
+                return object
+            }
+            #expect(try info("/R/S/y").protectionSource == .inherited("/R"))
+            try store.setDefaultClass(nil, ofDirectory: StorePath("/R"), recursive: true)
+            let x = try info("/R/x"), y = try info("/R/S/y")
+            #expect(x.protectionClass == .completeUntilFirstUserAuthentication && x.protectionSource == .storeDefault)
+            #expect(y.protectionClass == .complete && y.protectionSource == .inherited("/R/S"))
+            var read: [UInt8] = []
+            try store.read(StorePath("/R/S/y")) { read.append(contentsOf: $0) }
+            #expect(read == Array("y".utf8))
+        }
+    }
+
     /// `verify --read-data` reports an object whose data the disk cannot
     /// give back (EIO) as damaged, and goes on reading the others: it used
     /// to stop the whole report at that error.
