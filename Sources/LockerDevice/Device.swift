@@ -415,9 +415,12 @@ public final class Device: @unchecked Sendable {
             }
             let (passcodeKey, _) = try verifyPasscode(passcode, keybag: keybag)
             try unwrapPasscodeClasses(passcodeKey: passcodeKey, keybag: keybag)
+            let wasUnlocked = currentState == .unlocked
             currentState = .unlocked
             graceDeadline = nil
-            post(.protectedDataDidBecomeAvailable)
+            // Posted on a change only: an unlock of an unlocked device
+            // makes nothing available that was not.
+            if !wasUnlocked { post(.protectedDataDidBecomeAvailable) }
         }
     }
 

@@ -335,6 +335,8 @@ import Testing
         let events = device.events()
         device.lock(immediately: true)
         try device.unlock(passcode: passcode("1234"))
+        // Unlocked already: nothing becomes available, and nothing is said.
+        try device.unlock(passcode: passcode("1234"))
         device.shutdown()
         var seen: [ProtectionEvent] = []
         for await event in events { seen.append(event) }
