@@ -439,7 +439,12 @@ final class Campaign {
                     throw HarnessError("cannot write \(directory)/\(relative)")
                 }
                 files.append(directory + "/" + relative)
-                after["/t/tree/" + relative] = Entry(protection: protection ?? storeDefaultClass, content: .bytes(data))
+                // Without a class, an object replaced keeps an explicit
+                // class, and an inherited one is the store default again
+                // (no directory here has a default): either way the class
+                // it had. A new one takes the store default.
+                let path = "/t/tree/" + relative
+                after[path] = Entry(protection: protection ?? state.model[path]?.protection ?? storeDefaultClass, content: .bytes(data))
             }
             var prepared = Prepared(
                 arguments: ["put", "-r", directory, "/t/tree"] + (protection.map { ["--class", $0] } ?? []), stdin: nil,
