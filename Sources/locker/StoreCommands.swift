@@ -1744,7 +1744,14 @@ struct Close: ParsableCommand {
         do {
             try objectsOnly { try store.close(target) }
         } catch DeviceError.notOpen {
-            throw CommandFailure(.notFound, "\(shown(target.description)) is not open", hint: "open it with 'locker open'")
+            // A complete object's open ends with its key when the grace
+            // period after a lock ends: say so, or "not open" reads as
+            // never opened.
+            var isComplete = false
+            if case .object(let object)? = (try? store.stat(target))?.kind { isComplete = object.protectionClass == .complete }
+            throw CommandFailure(.notFound, "\(shown(target.description)) is not open",
+                                 hint: isComplete ? "a complete object's open ends when the grace period after a lock ends; open it again once unlocked"
+                                                  : "open it with 'locker open'")
         }
         if output.json {
             try printJSON(ItemReport(try store.stat(target)))

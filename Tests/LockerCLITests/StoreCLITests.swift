@@ -546,6 +546,24 @@ struct StoreCLITests {
         }
     }
 
+    /// `close` of a complete object whose open ended with the grace period
+    /// says why it is not open, not only that it is not.
+    @Test func closingACompleteObjectAfterGraceSaysItsOpenEnded() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            try f.put("/a", Data("secret".utf8), ["--class", "A"])
+            try f.ok(["open", "/a"])
+            try f.ok(["lock", "--now"])
+            let r = try f.run(["close", "/a"])
+            #expect(r.status == 66, "\(r)")
+            #expect(r.stderr == """
+                locker: error: /a is not open
+                locker: hint: a complete object's open ends when the grace period after a lock ends; open it again once unlocked
+
+                """, "\(r)")
+        }
+    }
+
     /// A class A object written over without `--class` stays class A: it
     /// used to take its directory's default, or the store's, without a
     /// word, so that a secret became readable while locked. While locked,
