@@ -727,9 +727,10 @@ public final class Store: @unchecked Sendable {
 
     /// Sets (or clears) a directory's default class. Existing objects keep
     /// theirs unless `recursive`, which rewraps every object below to the
-    /// new class, or, when clearing it, to the class the directories then
-    /// give it (a new object's there: the nearest default left, else the
-    /// store's).
+    /// new class, or, when clearing it, each object that inherited its
+    /// class from this directory to the class the directories then give
+    /// it (a new object's there: the nearest default left, else the
+    /// store's); an explicit class is kept.
     ///
     /// With `recursive`, every key below is rewrapped before anything is
     /// written: if an object's class is locked now (or its key was reset),
@@ -747,11 +748,17 @@ public final class Store: @unchecked Sendable {
             var storeDefault: ProtectionClass?
             try walk(path) { itemPath, isDirectory in
                 guard !isDirectory else { return }
-                let key = try object(at: itemPath).header.wrappedKey
+                let header = try object(at: itemPath).header
+                let key = header.wrappedKey
                 let target: (ProtectionClass, ProtectionSource)
                 if let cls {
                     target = (cls, .inherited(path.description))
                 } else {
+                    // Only what took its class from this default follows
+                    // it away: an explicit class stays (as when an object
+                    // is written over), and so does one from a nearer
+                    // directory, or from the store.
+                    guard header.protectionSource == .inherited(path.description) else { return }
                     let parent = itemPath.parent
                     let chain = try chains[parent] ?? directoryChain(to: parent).map { d in
                         guard d.storePath == path else { return d }

@@ -194,10 +194,11 @@ extension Store {
                     report.damaged.append(.init(location: itemPath.description, reason: what))
                 } catch DeviceError.integrity(let what) {
                     report.damaged.append(.init(location: itemPath.description, reason: what))
-                } catch let error as IOError {
+                } catch let error as IOError where [EIO, ENODATA, EUCLEAN, EBADMSG].contains(error.errno) {
                     // One object the disk cannot give back is reported, and
                     // the others are still read: the report is what verify
-                    // is for.
+                    // is for. (A shortage of descriptors or memory is not
+                    // the object's damage, and still stops it.)
                     report.damaged.append(.init(location: itemPath.description, reason: "its data cannot be read: \(error)"))
                 }
             }

@@ -447,7 +447,9 @@ public final class AgentClient: KeyService {
             } catch let e as Connection.NotDelivered {
                 guard attempt < 4 else { throw AgentError.unavailable(e.reason) }
                 SocketIO.sleep(milliseconds: 50 * attempt)
-            } catch AgentError.unavailable where request.isSafeToRepeat && attempt < 4 {
+            } catch AgentError.unavailable(let why) where request.isSafeToRepeat && attempt < 4 && !why.hasPrefix(Connection.queueFull) {
+                // An agent that took no connection in the connect timeout
+                // is not asked again: that would wait as long once more.
                 SocketIO.sleep(milliseconds: 50 * attempt)
             }
         }
@@ -524,6 +526,9 @@ final class Connection {
 
     private init(fd: Int32) { self.fd = fd }
 
+    /// How the error of a connect that timed out on a full queue begins.
+    static let queueFull = "the agent at "
+
     deinit { close() }
 
     /// Connects and checks that the agent runs as this user. ENOENT and
@@ -533,7 +538,7 @@ final class Connection {
         case .failure(let e) where e.value == ENOENT || e.value == ECONNREFUSED:
             return .notListening(e.message)
         case .failure(let e) where e.value == EAGAIN:
-            throw AgentError.unavailable("the agent at \(path) took no connection within \(SocketIO.connectSeconds) s (stopped, or overloaded)")
+            throw AgentError.unavailable(queueFull + "\(path) took no connection within \(SocketIO.connectSeconds) s (stopped, or overloaded)")
         case .failure(let e):
             throw AgentError.unavailable("cannot connect to \(path): \(e.message)")
         case .success(let fd):

@@ -282,7 +282,9 @@ public final class Device: @unchecked Sendable {
             var attempts = 0
             var next: Double?
             if currentState != .wiped {
-                let record = try readRecordSettlingTime(now: now)
+                // A status answers even where the record cannot be
+                // written back (a full or read-only disk).
+                let record = try readRecordSettlingTime(now: now, mustWrite: false)
                 attempts = Int(record.failedAttempts)
                 if let t = PasscodePolicy.nextAttempt(failedAttempts: attempts, lastFailure: Double(record.lastFailureTime)),
                    t > now {
@@ -439,12 +441,16 @@ public final class Device: @unchecked Sendable {
     /// back: the wait it starts is then the policy's, from the first time
     /// the device saw the clock behind it, and not a wait that moves on
     /// with the clock. Called with `lock` held.
-    private func readRecordSettlingTime(now: Double) throws -> DeviceRecord {
+    /// A failed write throws only if `mustWrite`; otherwise the settled
+    /// record is returned all the same.
+    private func readRecordSettlingTime(now: Double, mustWrite: Bool = true) throws -> DeviceRecord {
         var record = try directory.readRecord(macKey: keys.recordMACKey)
         let seconds = Int64(now.rounded(.down))
         if record.lastFailureTime > seconds {
             record.lastFailureTime = seconds
-            try directory.writeRecord(record, macKey: keys.recordMACKey)
+            do {
+                try directory.writeRecord(record, macKey: keys.recordMACKey)
+            } catch where !mustWrite {}
         }
         return record
     }
@@ -576,9 +582,11 @@ public final class Device: @unchecked Sendable {
             try commit(updated) {
                 for (cls, key) in fresh { classKeys[cls] = key }
                 openObjects = openObjects.filter { $0.value.protectionClass == .none }
+                let wasUnlocked = currentState == .unlocked
                 currentState = .unlocked
                 graceDeadline = nil
-                post(.protectedDataDidBecomeAvailable)
+                // On a change only, as unlock.
+                if !wasUnlocked { post(.protectedDataDidBecomeAvailable) }
             }
             var record = try directory.readRecord(macKey: keys.recordMACKey)
             record.failedAttempts = 0

@@ -133,7 +133,9 @@ public struct DeviceDirectory: Sendable {
     /// an interrupted write left behind.
     func efface() throws {
         do {
-            if fileSystem.exists(effaceablePath) { try fileSystem.shred(effaceablePath) }
+            // Zeroed through every name it has: a second name kept for it
+            // must not keep the key.
+            if fileSystem.exists(effaceablePath) { try fileSystem.shred(effaceablePath, evenIfLinked: true) }
             try fileSystem.remove(keybagPath)
             for name in try fileSystem.contentsOfDirectory(path) where name.contains(".tmp-") {
                 try fileSystem.shred(path + "/" + name)

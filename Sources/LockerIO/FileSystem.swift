@@ -100,11 +100,14 @@ public struct FileSystem: Sendable {
     /// the key's secrecy must not rest on it alone. Only the first
     /// ``shredLimit`` bytes are overwritten: no device file is larger, and
     /// a planted file may claim any size (a sparse one, terabytes).
-    public func shred(_ path: String) throws {
-        // Never through a link, and never into anything but a regular
-        // file with no other name: the name may have been planted to make
-        // this zero another file (a symbolic link, or a hard link to it),
-        // or to block on a FIFO. Such a name is only removed.
+    /// With `evenIfLinked`, a regular file with other names (hard links)
+    /// is zeroed too: for the effaceable key, whose every copy sharing the
+    /// file must go; a temporary's name may have been planted as a hard
+    /// link to another file, and is then only removed.
+    public func shred(_ path: String, evenIfLinked: Bool = false) throws {
+        // Never through a symbolic link, and never into anything but a
+        // regular file: the name may have been planted to make this zero
+        // another file, or to block on a FIFO. Such a name is only removed.
         let opened: Result<Int32, IOError> = Result { () throws(IOError) in
             try open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         }
@@ -114,7 +117,7 @@ public struct FileSystem: Sendable {
         }
         let fd = try opened.get()
         let status = try? fstat(fd, path: path)
-        guard let status, status.isRegularFile, status.linkCount == 1 else {
+        guard let status, status.isRegularFile, evenIfLinked || status.linkCount == 1 else {
             close(fd)
             try remove(path)
             return

@@ -106,17 +106,22 @@ struct Init: ParsableCommand {
         // A signal while this waits for the passcode ends the process at
         // once (init does not stop at Interruption.check), with the
         // cleanups registered: the same removal as a failure's, on the
-        // signal's thread.
-        let signalCleanup = newDevice.map { outermost in
-            Interruption.registerCleanup { [fileSystem] in
+        // signal's thread. Registered only while the passcode is read,
+        // when this thread does nothing else: a removal that ran while it
+        // asked the agent for something would make the client start a
+        // new agent, and with it the directories just removed.
+        func guardingPrompt<T>(_ read: () throws -> T) throws -> T {
+            guard let outermost = newDevice else { return try read() }
+            let token = Interruption.registerCleanup { [fileSystem] in
                 guard Self.hasNoDevice(client) else { return }
                 Self.remove(device: device, upTo: outermost, agent: client, fileSystem: fileSystem)
             }
+            defer { Interruption.unregisterCleanup(token) }
+            return try read()
         }
-        defer { if let signalCleanup { Interruption.unregisterCleanup(signalCleanup) } }
         var initializedHere = false
         do {
-            try initialize(client, refusing: foreignStore) { initializedHere = true }
+            try initialize(client, refusing: foreignStore, readingPasscode: guardingPrompt) { initializedHere = true }
         } catch DeviceError.alreadyInitialized {
             // Another init made the device since these paths were found
             // missing: the directories, the agent and the store are its.
@@ -186,6 +191,7 @@ struct Init: ParsableCommand {
     /// Initializes the device and makes the store; `initialized` is called
     /// once the device is initialized, before the store is made.
     private func initialize(_ client: AgentClient, refusing foreignStore: CommandFailure,
+                            readingPasscode: (() throws -> SecretBytes?) throws -> SecretBytes?,
                             initialized: () -> Void) throws {
         let live: Bool
         do {
@@ -194,8 +200,9 @@ struct Init: ParsableCommand {
             live = false
         }
         if !live, Self.holdsObjects(store: global.storePath) { throw foreignStore }
-        let passcode = noPasscode ? nil : try PasscodeInput(fromStandardInput: passcodeStdin)
-            .read(prompt: "New passcode: ", confirm: true, expected: .initPasscode)
+        let passcode = noPasscode ? nil : try readingPasscode {
+            try PasscodeInput(fromStandardInput: passcodeStdin).read(prompt: "New passcode: ", confirm: true, expected: .initPasscode)
+        }
         try client.initialize(passcode: passcode, options: Device.Options(
             graceSeconds: UInt32(grace), eraseAfter: UInt8(eraseAfter ?? 0), defaultClass: defaultClass.value,
             passcodeCost: .calibrated(milliseconds: 100)))

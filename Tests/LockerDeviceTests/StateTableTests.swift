@@ -215,6 +215,22 @@ import Testing
         #expect(device.state == .locking)
     }
 
+    /// A wipe zeroes the effaceable key through every name it has: a
+    /// second name kept for the file must not keep the key.
+    @Test func aWipeZeroesTheEffaceableKeyThroughASecondName() throws {
+        let temp = TemporaryDevice()
+        defer { temp.cleanUp() }
+        let device = try makeDevice(temp, clock: ManualClock())
+        let kept = temp.root + "/effaceable-kept"
+        try #require(link(temp.directory.path + "/effaceable", kept) == 0)
+        let before = try #require(FileManager.default.contents(atPath: kept))
+        #expect(before.contains { $0 != 0 })
+        try device.wipe()
+        #expect(!FileManager.default.fileExists(atPath: temp.directory.path + "/effaceable"))
+        let after = try #require(FileManager.default.contents(atPath: kept))
+        #expect(after.count == before.count && after.allSatisfy { $0 == 0 }, "the key survived under its second name")
+    }
+
     @Test func lockNowSkipsGrace() throws {
         let temp = TemporaryDevice()
         defer { temp.cleanUp() }

@@ -94,10 +94,16 @@ import Synchronization
                 return object
             }
             #expect(try info("/R/S/y").protectionSource == .inherited("/R"))
+            // Explicit, and from a nearer directory: neither follows /R's
+            // default away.
+            try store.put(StorePath("/R/e"), bytes: Array("e".utf8), protection: .complete)
+            try store.put(StorePath("/R/S/n"), bytes: Array("n".utf8))
             try store.setDefaultClass(nil, ofDirectory: StorePath("/R"), recursive: true)
-            let x = try info("/R/x"), y = try info("/R/S/y")
+            let x = try info("/R/x"), y = try info("/R/S/y"), e = try info("/R/e"), n = try info("/R/S/n")
             #expect(x.protectionClass == .completeUntilFirstUserAuthentication && x.protectionSource == .storeDefault)
             #expect(y.protectionClass == .complete && y.protectionSource == .inherited("/R/S"))
+            #expect(e.protectionClass == .complete && e.protectionSource == .explicit)
+            #expect(n.protectionClass == .complete && n.protectionSource == .inherited("/R/S"))
             var read: [UInt8] = []
             try store.read(StorePath("/R/S/y")) { read.append(contentsOf: $0) }
             #expect(read == Array("y".utf8))
