@@ -426,16 +426,6 @@ public final class Device: @unchecked Sendable {
         }
     }
 
-    /// Checks a passcode against the counter and the keybag. Counts a
-    /// failure before the expensive check, so that killing the process
-    /// mid-check cannot be used to guess for free. A repeat of the last
-    /// wrong passcode is recognized only after scrypt and a failed unwrap,
-    /// by a tag derived from the passcode key: the stored tag tests a guess
-    /// no faster than the keybag does, and can never refuse the right
-    /// passcode.
-    /// Returns the passcode key on success, and the CPU time its
-    /// derivation (scrypt at the keybag's cost, then HKDF) took on this
-    /// thread, where the system could tell.
     /// The device record, with a last failure recorded later than `now`
     /// (the wall clock was set back since) moved to `now` and written
     /// back: the wait it starts is then the policy's, from the first time
@@ -455,6 +445,16 @@ public final class Device: @unchecked Sendable {
         return record
     }
 
+    /// Checks a passcode against the counter and the keybag. Counts a
+    /// failure before the expensive check, so that killing the process
+    /// mid-check cannot be used to guess for free. A repeat of the last
+    /// wrong passcode is recognized only after scrypt and a failed unwrap,
+    /// by a tag derived from the passcode key: the stored tag tests a guess
+    /// no faster than the keybag does, and can never refuse the right
+    /// passcode.
+    /// Returns the passcode key on success, and the CPU time its
+    /// derivation (scrypt at the keybag's cost, then HKDF) took on this
+    /// thread, where the system could tell.
     private func verifyPasscode(_ passcode: SecretBytes, keybag: Keybag)
         throws -> (key: SecretBytes, derivationTime: Duration?) {
         let now = clock.now()
