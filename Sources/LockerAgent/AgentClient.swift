@@ -22,6 +22,9 @@ public final class AgentClient: KeyService {
     /// Seconds the client waits for an answer (scrypt under contention
     /// can be slow).
     static let replySeconds = 120
+    /// How long a connect waits while the agent's queue is full, before
+    /// ``AgentError/notAccepting(_:)``.
+    public static let connectSeconds = SocketIO.connectSeconds
     /// Seconds a started agent has to answer.
     static let startSeconds = 5.0
 
@@ -447,9 +450,7 @@ public final class AgentClient: KeyService {
             } catch let e as Connection.NotDelivered {
                 guard attempt < 4 else { throw AgentError.unavailable(e.reason) }
                 SocketIO.sleep(milliseconds: 50 * attempt)
-            } catch AgentError.unavailable(let why) where request.isSafeToRepeat && attempt < 4 && !why.hasPrefix(Connection.queueFull) {
-                // An agent that took no connection in the connect timeout
-                // is not asked again: that would wait as long once more.
+            } catch AgentError.unavailable where request.isSafeToRepeat && attempt < 4 {
                 SocketIO.sleep(milliseconds: 50 * attempt)
             }
         }
@@ -526,9 +527,6 @@ final class Connection {
 
     private init(fd: Int32) { self.fd = fd }
 
-    /// How the error of a connect that timed out on a full queue begins.
-    static let queueFull = "the agent at "
-
     deinit { close() }
 
     /// Connects and checks that the agent runs as this user. ENOENT and
@@ -538,7 +536,7 @@ final class Connection {
         case .failure(let e) where e.value == ENOENT || e.value == ECONNREFUSED:
             return .notListening(e.message)
         case .failure(let e) where e.value == EAGAIN:
-            throw AgentError.unavailable(queueFull + "\(path) took no connection within \(SocketIO.connectSeconds) s (stopped, or overloaded)")
+            throw AgentError.notAccepting(path)
         case .failure(let e):
             throw AgentError.unavailable("cannot connect to \(path): \(e.message)")
         case .success(let fd):

@@ -8,6 +8,10 @@ public enum AgentError: Error, Equatable, Sendable {
     case protocolViolation
     /// The process at the other end of the socket runs as another user.
     case peerRefused
+    /// The agent listening at this socket path took no connection within
+    /// the connect timeout: its queue is full (stopped, or overloaded). Not
+    /// retried, as ``unavailable(_:)`` is: a retry would wait as long again.
+    case notAccepting(String)
     /// No socket path short enough for `sun_path` could be made for this
     /// device directory.
     case socketPathTooLong(String)

@@ -267,9 +267,8 @@ enum ErrorPresenter {
 
     static func describe(_ error: AgentError) -> (ExitStatus, String, String?) {
         switch error {
-        case .unavailable(let why) where why.hasPrefix("the agent at "):
-            // A connect that timed out on a full queue.
-            return (.failure, "the agent is unavailable: \(why)",
+        case .notAccepting(let path):
+            return (.failure, "the agent is unavailable: the agent at \(path) took no connection within \(AgentClient.connectSeconds) s",
                     "the agent may be stopped or overloaded: try again, or end its process (its pid is in agent.pid in the device directory)")
         case .unavailable(let why):
             return (.failure, "the agent is unavailable: \(why)", "check that the device directory is yours and writable")

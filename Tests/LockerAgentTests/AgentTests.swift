@@ -1222,5 +1222,15 @@ struct AgentWireFormatTests {
             #expect(e.value == EAGAIN, "\(e.message)")
         }
         #expect(waited >= 0.9 && waited < 5, "waited \(waited) s")
+
+        // Through the client (whose first request, a ping, is made as it
+        // is created): notAccepting after one connect timeout, not retried
+        // as an unavailable agent is (it waited four of them).
+        try #require(try AgentPaths(devicePath: dir).socketPath == path)
+        let asked = Date()
+        #expect(throws: AgentError.notAccepting(path)) { _ = try AgentClient(devicePath: dir, launcher: nil) }
+        let clientWaited = Date().timeIntervalSince(asked)
+        #expect(clientWaited >= Double(AgentClient.connectSeconds) - 0.5 && clientWaited < Double(2 * AgentClient.connectSeconds),
+                "waited \(clientWaited) s")
     }
 }
