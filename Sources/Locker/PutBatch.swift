@@ -181,6 +181,9 @@ extension Store {
             var source: ProtectionSource
             /// In a directory of the staged tree: written in place.
             var inTree: Bool
+            /// Its entry's path, where it was found already (an object that
+            /// may replace one); else its writer finds it.
+            var fsPath: String?
         }
         var chains: [StorePath: [Directory]] = [:]
         var storeDefault: ProtectionClass?
@@ -196,24 +199,26 @@ extension Store {
             let parent = chain.last!
             let (cls, source): (ProtectionClass, ProtectionSource) = try item.protection.map { ($0, .explicit) }
                 ?? inheritedClass(for: item.path, chain: chain, storeDefault: &storeDefault)
-            targets.append(Target(parent: parent, protection: cls, source: source, inTree: inTree))
+            targets.append(Target(parent: parent, protection: cls, source: source, inTree: inTree, fsPath: nil))
         }
         // An object replaced with no class given keeps an explicit class
         // (``explicitClass(replacing:in:)``). Only an existing directory
         // can hold one; its headers are looked at on every core.
         let replacing = items.indices.filter { items[$0].protection == nil && !targets[$0].inTree }
         if !replacing.isEmpty {
-            var kept = [ProtectionClass?](repeating: nil, count: replacing.count)
-            try kept.withUnsafeMutableBufferPointer { buffer in
+            var found = [(fsPath: String, kept: ProtectionClass?)?](repeating: nil, count: replacing.count)
+            try found.withUnsafeMutableBufferPointer { buffer in
                 // Each iteration writes only its own slot.
                 let slots = Unchecked(buffer)
                 try forEachObject(replacing.count, threadsPerWorker: 1) { k in
                     let i = replacing[k]
-                    slots.value[k] = explicitClass(replacing: items[i].path, in: targets[i].parent)
+                    let fsPath = try entryPath(items[i].path.name, in: targets[i].parent)
+                    slots.value[k] = (fsPath, explicitClass(replacing: items[i].path, at: fsPath, in: targets[i].parent))
                 }
             }
             for (k, i) in replacing.enumerated() {
-                if let cls = kept[k] { (targets[i].protection, targets[i].source) = (cls, .explicit) }
+                targets[i].fsPath = found[k]!.fsPath
+                if let cls = found[k]!.kept { (targets[i].protection, targets[i].source) = (cls, .explicit) }
             }
         }
 
@@ -265,7 +270,7 @@ extension Store {
                 defer { early.release(i) }
                 // A directory in the way is found by the commit, which
                 // looks under the store lock anyway.
-                let fsPath = try entryPath(items[i].path.name, in: targets[i].parent)
+                let fsPath = try targets[i].fsPath ?? entryPath(items[i].path.name, in: targets[i].parent)
                 let idLength = ObjectHeader.objectIDByteCount
                 let objectID = Array(objectIDs[(i * idLength)..<((i + 1) * idLength)])
                 // In a staged tree, the data file waits inside its

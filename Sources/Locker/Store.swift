@@ -494,15 +494,16 @@ public final class Store: @unchecked Sendable {
         return try inheritedClass(for: path, chain: chain, storeDefault: &storeDefault)
     }
 
-    /// The class of the object at `path` in `parent`, if there is one and
-    /// its class was set explicitly: an object replaced with no class
-    /// given keeps it. Writing new content is not choosing the protection
-    /// again; without this, a class A object written over without a class
-    /// took its directory's default, perhaps D, without a word. An
-    /// inherited class is not kept: it follows the directories now, as a
-    /// new object's does. A header that cannot be read keeps nothing.
-    func explicitClass(replacing path: StorePath, in parent: Directory) -> ProtectionClass? {
-        guard let fsPath = try? entryPath(path.name, in: parent), (try? kind(of: fsPath)) == .object,
+    /// The class of the object at `path` (its entry `fsPath` in `parent`),
+    /// if there is one and its class was set explicitly: an object replaced
+    /// with no class given keeps it. Writing new content is not choosing
+    /// the protection again; without this, a class A object written over
+    /// without a class took its directory's default, perhaps D, without a
+    /// word. An inherited class is not kept: it follows the directories
+    /// now, as a new object's does. A header that cannot be read keeps
+    /// nothing.
+    func explicitClass(replacing path: StorePath, at fsPath: String, in parent: Directory) -> ProtectionClass? {
+        guard (try? kind(of: fsPath)) == .object,
               let old = try? readHeader(fsPath, name: path.name, in: parent, path: path),
               case .explicit = old.protectionSource
         else { return nil }
@@ -1067,7 +1068,10 @@ public final class Store: @unchecked Sendable {
         // Missing parents get no default class, so the directories that
         // exist decide the class.
         let (found, complete) = try existingChain(to: path.parent)
-        let kept = protection == nil && complete ? explicitClass(replacing: path, in: found.last!) : nil
+        // Where every directory exists, the entry's path is known now: the
+        // object it replaces is looked at there, and the header goes there.
+        let knownPath = complete ? try entryPath(path.name, in: found.last!) : nil
+        let kept = protection == nil ? knownPath.flatMap { explicitClass(replacing: path, at: $0, in: found.last!) } : nil
         var (cls, source0): (ProtectionClass, ProtectionSource) = try (protection ?? kept).map { ($0, .explicit) }
             ?? inheritedClass(for: path, chain: found)
         let fileKey = try SecretBytes(randomCount: 32)
@@ -1083,7 +1087,7 @@ public final class Store: @unchecked Sendable {
             }
         }
         let parent = chain.last!
-        let fsPath = try entryPath(path.name, in: parent)
+        let fsPath = try knownPath ?? entryPath(path.name, in: parent)
         if try kind(of: fsPath) == .directory { throw StoreError.isADirectory(path.description) }
         let objectID = try SecureRandom.bytes(ObjectHeader.objectIDByteCount)
         let dataPath = dataPath(objectID)
