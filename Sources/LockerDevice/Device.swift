@@ -234,12 +234,20 @@ public final class Device: @unchecked Sendable {
     }
 
     /// Ends every event stream: no event follows a shutdown or a wipe.
+    /// Events still queued are delivered first: another thread's
+    /// ``deliverEvents()`` that took an empty batch before a wipe posted
+    /// its event, and saw the device wiped after, comes here while that
+    /// event waits (it was lost, and a watcher missed the wipe's event).
     private func finishEvents() {
         let continuations = delivery.withLock {
-            eventQueue.withLock { queue in
+            let (batch, targets) = eventQueue.withLock { queue in
                 defer { queue = EventQueue() }
-                return Array(queue.subscribers.values)
+                return (queue.pending, Array(queue.subscribers.values))
             }
+            for event in batch {
+                for continuation in targets { continuation.yield(event) }
+            }
+            return targets
         }
         // Outside every lock: finish() runs the stream's onTermination at
         // once, and that takes `eventQueue`.
