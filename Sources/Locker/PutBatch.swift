@@ -276,31 +276,45 @@ extension Store {
                 // In a staged tree, the data file waits inside its
                 // temporary directory, whose lock covers it.
                 let dataPath = targets[i].inTree ? tree!.dataPath(Self.hex(objectID)) : dataPath(objectID)
-                // One core per object: the batch already spreads its
-                // objects over the cores, and a writer's buffers grow
-                // with its workers.
-                let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKeys[i]),
-                                              chunkSize: options.chunkSize, maxChunkCount: options.maxChunkCount, workers: 1)
-                // A small object's data goes into its header file, and
-                // no data file is created.
-                let result = try writer.write(from: try early.source(i), inlineLimit: ObjectHeader.maxInlineDataLength, file: {
-                    // Until its header commits, the data file is
-                    // referenced by nothing; the lock tells a verifier
-                    // it is not garbage yet. (A new directory's data
-                    // files are under the lock of the tree being built,
-                    // and go with its temporary directory.)
-                    let file: DataFile
-                    if targets[i].inTree {
-                        file = try tree!.creatingInside { try DataFile.create(dataPath, fileSystem: fs) }
-                    } else {
-                        let created = try temporaries.creatingTemporary({ try DataFile.createLocked(dataPath, fileSystem: fs) },
-                                                                        cleanup: removal(of: dataPath))
-                        file = created.made
-                        slots.value[i].dataToken = created.token
-                    }
-                    slots.value[i].data = (dataPath, file)
-                    return file
-                }, progress: nil, sync: false, recheck: recheck)
+                let taken = try early.take(i)
+                let chunkKey = try ChunkLayout.chunkKey(fileKey: fileKeys[i])
+                let result: (result: ObjectWriter.Result, inlineData: [UInt8]?)
+                if let whole = taken.whole, Self.sealsWhole(length: whole.count, chunkSize: options.chunkSize) {
+                    // Read ahead whole, one chunk, and inline: sealed from
+                    // the window where it was read, without a writer's
+                    // buffers (docs/performance.md, "After pass 29: one
+                    // chunk sealed where it was read").
+                    try recheck.pass()
+                    let data = try ChunkSealer(chunkKey: chunkKey).sealWhole(whole)
+                    result = (ObjectWriter.Result(plaintextLength: UInt64(whole.count), dataLength: UInt64(data.count)), data)
+                } else {
+                    // One core per object: the batch already spreads its
+                    // objects over the cores, and a writer's buffers grow
+                    // with its workers.
+                    let writer = try ObjectWriter(chunkKey: chunkKey,
+                                                  chunkSize: options.chunkSize, maxChunkCount: options.maxChunkCount, workers: 1)
+                    // A small object's data goes into its header file, and
+                    // no data file is created.
+                    let written = try writer.write(from: taken.source, inlineLimit: ObjectHeader.maxInlineDataLength, file: {
+                        // Until its header commits, the data file is
+                        // referenced by nothing; the lock tells a verifier
+                        // it is not garbage yet. (A new directory's data
+                        // files are under the lock of the tree being built,
+                        // and go with its temporary directory.)
+                        let file: DataFile
+                        if targets[i].inTree {
+                            file = try tree!.creatingInside { try DataFile.create(dataPath, fileSystem: fs) }
+                        } else {
+                            let created = try temporaries.creatingTemporary({ try DataFile.createLocked(dataPath, fileSystem: fs) },
+                                                                            cleanup: removal(of: dataPath))
+                            file = created.made
+                            slots.value[i].dataToken = created.token
+                        }
+                        slots.value[i].data = (dataPath, file)
+                        return file
+                    }, progress: nil, sync: false, recheck: recheck)
+                    result = (written.result, written.inlineData)
+                }
                 let now = Self.now()
                 var header = ObjectHeader(
                     parentID: targets[i].parent.record.directoryID, name: items[i].path.name,
@@ -333,6 +347,14 @@ extension Store {
             }
         }
         return batch
+    }
+
+    /// Whether an object of `length` bytes, all in memory, is sealed whole
+    /// (``ChunkSealer/sealWhole(_:)``): one chunk, whose record and index
+    /// fit inline whatever the chunk compresses to.
+    static func sealsWhole(length: Int, chunkSize: UInt32) -> Bool {
+        length <= Int(chunkSize)
+            && length + ChunkLayout.recordOverhead + Int(ChunkLayout.indexLength(chunkCount: 1)) <= ObjectHeader.maxInlineDataLength
     }
 
     /// What a batch reports when the directory it writes into left its

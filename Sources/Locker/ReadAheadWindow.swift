@@ -92,7 +92,16 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// rest of its source, or its source itself. Waits for the read; throws
     /// what reading ahead threw. Used by one thread.
     func source(_ i: Int) throws -> (UnsafeMutableRawBufferPointer) throws -> Int {
-        guard let ready = ready[i] else { return items[i].source }
+        try take(i).source
+    }
+
+    /// Object `i`'s source, as ``source(_:)`` gives it, and, when the whole
+    /// source was read ahead (it ended within what was read), those bytes:
+    /// the object may be sealed from them where they are. They stay valid
+    /// until ``release(_:)`` of `i`. Waits for the read; throws what reading
+    /// ahead threw. Used by one thread, once per object.
+    func take(_ i: Int) throws -> (whole: UnsafeRawBufferPointer?, source: (UnsafeMutableRawBufferPointer) throws -> Int) {
+        guard let ready = ready[i] else { return (nil, items[i].source) }
         ready.wait()
         consumed[i] = true
         switch slots[i]! {
@@ -102,7 +111,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
             let bytes = UnsafeRawBufferPointer(rebasing: window!.bytes[start..<start + count])
             let rest = items[i].source
             var offset = 0
-            return { buffer in
+            return (ended ? bytes : nil, { buffer in
                 if offset < bytes.count {
                     let n = min(buffer.count, bytes.count - offset)
                     buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n]))
@@ -110,7 +119,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
                     return n
                 }
                 return ended ? 0 : try rest(buffer)
-            }
+            })
         }
     }
 

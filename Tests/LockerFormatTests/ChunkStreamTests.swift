@@ -115,6 +115,32 @@ struct ChunkStreamRoundTripTests {
         #expect(try AESGCM.open(empty.records[0], key: chunkKey, nonce: DataFileModel.nonce(counter: 0, flag: 1)) == [0])
     }
 
+    @Test("an object of one chunk sealed whole is the data file the stream gives, in the documented layout",
+          arguments: ObjectTestData.allCases, [0, 1, 7, 1000, Int(smallChunk) - 1, Int(smallChunk)])
+    func sealedWhole(kind: ObjectTestData, size: Int) throws {
+        let plaintext = kind.bytes(size)
+        let key = try newFileKey()
+        let chunkKey = try ChunkLayout.chunkKey(fileKey: key)
+        let whole = try plaintext.withUnsafeBytes { try ChunkSealer(chunkKey: chunkKey).sealWhole($0) }
+        #expect(whole == (try DataFileModel.seal(plaintext, fileKey: key, chunkSize: smallChunk)).bytes)
+        #expect(try DataFileModel.open(whole, fileKey: key, plaintextLength: UInt64(size), chunkSize: smallChunk) == plaintext)
+
+        // Checked against the format itself, not only against the stream:
+        // one final record, then the index of its length.
+        let recordLength = whole.count - Int(ChunkLayout.indexLength(chunkCount: 1))
+        let body = try AESGCM.open(Array(whole[..<recordLength]), key: chunkKey, nonce: DataFileModel.nonce(counter: 0, flag: 1))
+        if body[0] == 1 {
+            #expect(kind == .compressible && size > 7)
+            #expect(try LZ4Block.decompress(Array(body.dropFirst()), size: size) == plaintext)
+        } else {
+            #expect(body[0] == 0)
+            #expect(Array(body.dropFirst()) == plaintext)
+        }
+        let index = try AESGCM.open(Array(whole[recordLength...]), key: chunkKey, nonce: DataFileModel.nonce(counter: 1, flag: 2))
+        #expect(index == [UInt8(recordLength >> 24 & 0xff), UInt8(recordLength >> 16 & 0xff), UInt8(recordLength >> 8 & 0xff),
+                          UInt8(recordLength & 0xff)])
+    }
+
     @Test("sealing is deterministic per key and differs between keys")
     func determinism() throws {
         let plaintext = ObjectTestData.compressible.bytes(2 * Int(smallChunk) + 3)

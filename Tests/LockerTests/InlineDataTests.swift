@@ -125,6 +125,47 @@ import Testing
         #expect(try store.verify().isClean)
     }
 
+    /// A batch reads small sources ahead, and seals an object of one chunk
+    /// that it read whole from where it was read; any other object, a
+    /// source that grew past what was expected among them, goes through the
+    /// stream. Either way each object is what its source gave.
+    @Test func aBatchReadingAheadStoresWhatEachSourceGave() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
+                                           options: .init(passcodeCost: .fixed(logN: 10)))
+        // Two workers: sources are read ahead. 16 KiB chunks.
+        let store = try Store(path: root + "/s", keys: device, options: .init(chunkSize: 16 << 10, workers: 2))
+        let text = Array(String(repeating: "a small object, sealed whole. ", count: 400).utf8)
+        let cases: [(name: String, data: [UInt8], expected: UInt64, inline: Bool)] = [
+            ("empty", [], 0, true),
+            ("one", [7], 1, true),
+            ("text", Array(text[..<5000]), 5000, true),
+            ("chunk", bytes(16 << 10, seed: 5), 16 << 10, true),
+            // Two chunks: through the stream, still inline.
+            ("two", bytes((16 << 10) + 1, seed: 6), (16 << 10) + 1, true),
+            ("three", bytes(40_000, seed: 7), 40_000, true),
+            // Grew since it was looked at: the rest is read by the stream.
+            ("grew", bytes(3000, seed: 8), 100, true),
+            ("grewPastInline", bytes(70_000, seed: 9), 100, false),
+            // Shrank: what it gave is the object.
+            ("shrank", Array(text[..<4000]), 9000, true),
+        ]
+        try store.makeDirectory(StorePath("/batch"))
+        try store.putBatch(cases.map {
+            PutBatchItem(path: try! StorePath("/batch/" + $0.name), expectedLength: $0.expected, source: Self.source($0.data))
+        })
+        #expect(dataFiles.count == cases.filter { !$0.inline }.count)
+        for item in cases {
+            #expect(try get(store, "/batch/" + item.name) == item.data, "\(item.name)")
+            guard case .object(let info) = try store.stat(StorePath("/batch/" + item.name)).kind else {
+                Issue.record("\(item.name): not an object")
+                continue
+            }
+            #expect(info.size == UInt64(item.data.count), "\(item.name)")
+        }
+        #expect(try store.verify(readData: true).isClean)
+    }
+
     /// setclass and mv rewrite the header file, which for a small object
     /// holds the data: it must come along unchanged.
     @Test func setClassAndMoveCarryTheData() throws {

@@ -111,6 +111,35 @@ public final class ChunkSealer {
         return 1 + payloadLength + AESGCM.tagByteCount
     }
 
+    /// Seals an object of one chunk whole: `plaintext`, at most the
+    /// object's chunk size (the caller's to check), as its only and final
+    /// record, then the index. Returns the object's data, exactly the
+    /// bytes ``seal(_:index:isFinal:into:)`` and ``sealIndex(_:)`` give for
+    /// it, with one allocation and no copy of the plaintext. If sealing
+    /// fails, the bytes compressed so far are wiped before it throws.
+    public func sealWhole(_ plaintext: UnsafeRawBufferPointer) throws -> [UInt8] {
+        let indexLength = Int(ChunkLayout.indexLength(chunkCount: 1))
+        var data = [UInt8](repeating: 0, count: plaintext.count + ChunkLayout.recordOverhead + indexLength)
+        do {
+            let length = try data.withUnsafeMutableBytes { out -> Int in
+                let recordLength = try seal(plaintext, index: 0, isFinal: true, into: out)
+                var plainIndex = UInt32(recordLength).bigEndian
+                try withUnsafeBytes(of: &plainIndex) { index in
+                    try cipher.seal(index, nonce: ChunkLayout.nonce(counter: 1, flag: ChunkLayout.indexFlag),
+                                    authenticating: UnsafeRawBufferPointer(start: nil, count: 0),
+                                    into: UnsafeMutableRawBufferPointer(rebasing: out[recordLength..<(recordLength + indexLength)]))
+                }
+                return recordLength + indexLength
+            }
+            data.removeLast(data.count - length)
+            return data
+        } catch {
+            // A record is compressed in place before it is sealed.
+            SecretBytes.wipe(&data)
+            throw error
+        }
+    }
+
     /// Seals the index of record lengths.
     public func sealIndex(_ lengths: [UInt32]) throws -> [UInt8] {
         var plain = ByteWriter(capacity: lengths.count * 4)
