@@ -381,7 +381,17 @@ extension Store {
     /// no lock.
     @discardableResult
     public func commit(_ batch: StagedBatch) throws -> [ObjectInfo] {
-        guard !batch.objects.isEmpty else { return [] }
+        try commitCounting(batch)
+        return batch.objects.isEmpty ? [] : try objectInfos(batch)
+    }
+
+    /// ``commit(_:)`` for a caller that needs no ``ObjectInfo`` of what it
+    /// stored (`put -r` counts them): the same commit, without the
+    /// device's state asked for, nor a report made for each object.
+    /// Returns how many objects were committed.
+    @discardableResult
+    public func commitCounting(_ batch: StagedBatch) throws -> Int {
+        guard !batch.objects.isEmpty else { return 0 }
         guard !batch.isFinished else { throw StoreError.invalidPath("a staged batch is committed once") }
         batch.isFinished = true
         // Every way out has renamed or removed the header temporaries.
@@ -400,7 +410,7 @@ extension Store {
         if batch.objects.allSatisfy(\.inPlace) {
             // Nothing to rename.
             batch.release(batch.objects[...])
-            return try objectInfos(batch)
+            return batch.objects.count
         }
 
         // The commit: each rename puts one new version in place.
@@ -455,7 +465,7 @@ extension Store {
         // The new names are durable: the replaced data can go.
         for objectID in replaced { try? fs.remove(dataPath(objectID), syncDirectory: false) }
         forgetOpen(replaced + replacedInline)
-        return try objectInfos(batch)
+        return batch.objects.count
     }
 
     private func objectInfos(_ batch: StagedBatch) throws -> [ObjectInfo] {

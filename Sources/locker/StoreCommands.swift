@@ -350,7 +350,7 @@ struct Put: ParsableCommand {
         func stage(_ batch: (items: [PutBatchItem], window: ReadAheadWindow)) throws {
             let staged = try store.stageBatch(batch.items, into: tree, readAhead: batch.window)
             count += try commits.wait()
-            commits.start { try store.commit(staged).count }
+            commits.start { try store.commitCounting(staged) }
         }
         /// Starts reading the pending batch ahead and stages the one read
         /// before it; `drain` stages the pending batch too.

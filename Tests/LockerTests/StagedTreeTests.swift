@@ -21,6 +21,27 @@ import Testing
     /// Nothing of the tree is visible before it is published, a verifier
     /// (even one repairing) leaves it alone while it is built, and once
     /// published every object reads back, inherited classes included.
+    /// `put -r` commits with ``Store/commitCounting(_:)``: the same commit
+    /// as ``Store/commit(_:)``, reporting only how many objects it holds.
+    @Test func aCountingCommitCommitsTheSame() throws {
+        try S.withStore { store, root in
+            try store.makeDirectory(try StorePath("/d"))
+            let tree = try store.stageTree([try StorePath("/fresh")])
+            let mixed = try store.stageBatch([try S.item("/fresh/a", [1]), try S.item("/d/b", [2]), try S.item("/d/c", S.noise(100_000))],
+                                             into: tree)
+            #expect(try store.commitCounting(mixed) == 3)
+            #expect(throws: StoreError.self) { try store.commitCounting(mixed) }
+            // Only objects in the tree: nothing to rename.
+            #expect(try store.commitCounting(try store.stageBatch([try S.item("/fresh/e", [3])], into: tree)) == 1)
+            #expect(try store.commitCounting(try store.stageBatch([])) == 0)
+            try store.publish(tree)
+            #expect(try read(store, "/fresh/a") == [1] && read(store, "/d/b") == [2] && read(store, "/fresh/e") == [3])
+            #expect(try read(store, "/d/c") == S.noise(100_000))
+            #expect(S.temporaries(under: root).isEmpty)
+            #expect(try store.verify(readData: true).isClean)
+        }
+    }
+
     @Test func treeAppearsWholeWhenPublished() throws {
         try S.withStore { store, root in
             try store.makeDirectory(try StorePath("/d"), defaultClass: .complete)
