@@ -285,7 +285,12 @@ extension Store {
                     // buffers (docs/performance.md, "After pass 29: one
                     // chunk sealed where it was read").
                     try recheck.pass()
-                    let data = try ChunkSealer(chunkKey: chunkKey).sealWhole(whole)
+                    // The compressed chunk is plaintext too: it passes
+                    // through a buffer kept as plaintext is, not the
+                    // array that becomes the header file.
+                    let scratch = BufferPool.shared.take(ChunkLayout.maxRecordLength(chunkSize: options.chunkSize))
+                    defer { BufferPool.shared.give(scratch, used: whole.count + ChunkLayout.recordOverhead) }
+                    let data = try ChunkSealer(chunkKey: chunkKey).sealWhole(whole, scratch: scratch.bytes)
                     result = (ObjectWriter.Result(plaintextLength: UInt64(whole.count), dataLength: UInt64(data.count)), data)
                 } else {
                     // One core per object: the batch already spreads its

@@ -121,7 +121,10 @@ struct ChunkStreamRoundTripTests {
         let plaintext = kind.bytes(size)
         let key = try newFileKey()
         let chunkKey = try ChunkLayout.chunkKey(fileKey: key)
-        let whole = try plaintext.withUnsafeBytes { try ChunkSealer(chunkKey: chunkKey).sealWhole($0) }
+        var scratch = [UInt8](repeating: 0, count: size + ChunkLayout.recordOverhead)
+        let whole = try plaintext.withUnsafeBytes { p in
+            try scratch.withUnsafeMutableBytes { try ChunkSealer(chunkKey: chunkKey).sealWhole(p, scratch: $0) }
+        }
         #expect(whole == (try DataFileModel.seal(plaintext, fileKey: key, chunkSize: smallChunk)).bytes)
         #expect(try DataFileModel.open(whole, fileKey: key, plaintextLength: UInt64(size), chunkSize: smallChunk) == plaintext)
 

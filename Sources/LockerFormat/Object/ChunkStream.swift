@@ -115,29 +115,19 @@ public final class ChunkSealer {
     /// object's chunk size (the caller's to check), as its only and final
     /// record, then the index. Returns the object's data, exactly the
     /// bytes ``seal(_:index:isFinal:into:)`` and ``sealIndex(_:)`` give for
-    /// it, with one allocation and no copy of the plaintext. If sealing
-    /// fails, the bytes compressed so far are wiped before it throws.
-    public func sealWhole(_ plaintext: UnsafeRawBufferPointer) throws -> [UInt8] {
-        let indexLength = Int(ChunkLayout.indexLength(chunkCount: 1))
-        var data = [UInt8](repeating: 0, count: plaintext.count + ChunkLayout.recordOverhead + indexLength)
-        do {
-            let length = try data.withUnsafeMutableBytes { out -> Int in
-                let recordLength = try seal(plaintext, index: 0, isFinal: true, into: out)
-                var plainIndex = UInt32(recordLength).bigEndian
-                try withUnsafeBytes(of: &plainIndex) { index in
-                    try cipher.seal(index, nonce: ChunkLayout.nonce(counter: 1, flag: ChunkLayout.indexFlag),
-                                    authenticating: UnsafeRawBufferPointer(start: nil, count: 0),
-                                    into: UnsafeMutableRawBufferPointer(rebasing: out[recordLength..<(recordLength + indexLength)]))
-                }
-                return recordLength + indexLength
-            }
-            data.removeLast(data.count - length)
-            return data
-        } catch {
-            // A record is compressed in place before it is sealed.
-            SecretBytes.wipe(&data)
-            throw error
-        }
+    /// it. The record is compressed and sealed in `scratch`, which must
+    /// hold `plaintext.count` + ``ChunkLayout/recordOverhead`` bytes and
+    /// holds the compressed plaintext in between (the caller keeps and
+    /// wipes it as it does the plaintext): the returned array only ever
+    /// holds ciphertext.
+    public func sealWhole(_ plaintext: UnsafeRawBufferPointer, scratch: UnsafeMutableRawBufferPointer) throws -> [UInt8] {
+        let recordLength = try seal(plaintext, index: 0, isFinal: true, into: scratch)
+        let index = try sealIndex([UInt32(recordLength)])
+        var data = [UInt8]()
+        data.reserveCapacity(recordLength + index.count)
+        data.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[..<recordLength]))
+        data.append(contentsOf: index)
+        return data
     }
 
     /// Seals the index of record lengths.
