@@ -279,7 +279,8 @@ extension Store {
                 let taken = try early.take(i)
                 let chunkKey = try ChunkLayout.chunkKey(fileKey: fileKeys[i])
                 let result: (result: ObjectWriter.Result, inlineData: [UInt8]?)
-                if let whole = taken.whole, Self.sealsWhole(length: whole.count, chunkSize: options.chunkSize) {
+                if let whole = taken.whole,
+                   Self.sealsWhole(length: whole.count, chunkSize: options.chunkSize, maxChunkCount: options.maxChunkCount) {
                     // Read ahead whole, one chunk, and inline: sealed from
                     // the window where it was read, without a writer's
                     // buffers (docs/performance.md, "After pass 29: one
@@ -355,10 +356,12 @@ extension Store {
     }
 
     /// Whether an object of `length` bytes, all in memory, is sealed whole
-    /// (``ChunkSealer/sealWhole(_:)``): one chunk, whose record and index
-    /// fit inline whatever the chunk compresses to.
-    static func sealsWhole(length: Int, chunkSize: UInt32) -> Bool {
-        length <= Int(chunkSize)
+    /// (``ChunkSealer/sealWhole(_:scratch:)``): one chunk, whose record and
+    /// index fit inline whatever the chunk compresses to, in a store that
+    /// takes objects of one chunk (`maxChunkCount`, at least 1 but in
+    /// tests of the limit).
+    static func sealsWhole(length: Int, chunkSize: UInt32, maxChunkCount: UInt64) -> Bool {
+        maxChunkCount >= 1 && length <= Int(chunkSize)
             && length + ChunkLayout.recordOverhead + Int(ChunkLayout.indexLength(chunkCount: 1)) <= ObjectHeader.maxInlineDataLength
     }
 

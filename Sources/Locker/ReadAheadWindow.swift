@@ -44,7 +44,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// nil for the others.
     private let ready: [DispatchSemaphore?]
     /// Whether the writer of each object has waited for its read, in
-    /// ``source(_:)``. Each element is touched by that writer only.
+    /// ``take(_:)``. Each element is touched by that writer only.
     private let consumed: UnsafeMutableBufferPointer<Bool>
     // Guarded by `condition`:
     private var nextReservation = 0
@@ -89,17 +89,11 @@ public final class ReadAheadWindow: @unchecked Sendable {
     }
 
     /// The source to write object `i` from: what was read ahead, then the
-    /// rest of its source, or its source itself. Waits for the read; throws
-    /// what reading ahead threw. Used by one thread.
-    func source(_ i: Int) throws -> (UnsafeMutableRawBufferPointer) throws -> Int {
-        try take(i).source
-    }
-
-    /// Object `i`'s source, as ``source(_:)`` gives it, and, when the whole
-    /// source was read ahead (it ended within what was read), those bytes:
-    /// the object may be sealed from them where they are. They stay valid
-    /// until ``release(_:)`` of `i`. Waits for the read; throws what reading
-    /// ahead threw. Used by one thread, once per object.
+    /// rest of its source, or its source itself; and, when the whole source
+    /// was read ahead (it ended within what was read), those bytes, from
+    /// which the object may be sealed where they are. They stay valid until
+    /// ``release(_:)`` of `i`. Waits for the read; throws what reading ahead
+    /// threw. Used by one thread, once per object.
     func take(_ i: Int) throws -> (whole: UnsafeRawBufferPointer?, source: (UnsafeMutableRawBufferPointer) throws -> Int) {
         guard let ready = ready[i] else { return (nil, items[i].source) }
         ready.wait()

@@ -1,5 +1,5 @@
 import Foundation
-import Locker
+@testable import Locker
 import LockerCrypto
 import LockerDevice
 import LockerFormat
@@ -162,6 +162,50 @@ import Testing
                 continue
             }
             #expect(info.size == UInt64(item.data.count), "\(item.name)")
+        }
+        #expect(try store.verify(readData: true).isClean)
+    }
+
+    /// An object is sealed whole only when its record and index fit inline
+    /// whatever it compresses to: at 16 KiB chunks the chunk decides, from
+    /// 64 KiB the inline limit does (57,344 bytes less 37).
+    @Test func whatIsSealedWhole() {
+        let limit = ObjectHeader.maxInlineDataLength - 37
+        #expect(Store.sealsWhole(length: 0, chunkSize: 16 << 10, maxChunkCount: 1))
+        #expect(Store.sealsWhole(length: 16 << 10, chunkSize: 16 << 10, maxChunkCount: 1))
+        #expect(!Store.sealsWhole(length: (16 << 10) + 1, chunkSize: 16 << 10, maxChunkCount: 1))
+        #expect(Store.sealsWhole(length: limit, chunkSize: 64 << 10, maxChunkCount: 1 << 20))
+        #expect(!Store.sealsWhole(length: limit + 1, chunkSize: 64 << 10, maxChunkCount: 1 << 20))
+        #expect(!Store.sealsWhole(length: 10, chunkSize: 16 << 10, maxChunkCount: 0))
+    }
+
+    /// At the inline limit, in 64 KiB chunks, through a batch reading ahead:
+    /// the largest object sealed whole stays inline, one byte more of
+    /// incompressible data takes a data file.
+    @Test func aBatchAtTheInlineLimit() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let device = try Device.initialize(at: DeviceDirectory(path: root + "/d"), passcode: SecretBytes(copying: Array("1".utf8)),
+                                           options: .init(passcodeCost: .fixed(logN: 10)))
+        let store = try Store(path: root + "/s", keys: device, options: .init(chunkSize: 64 << 10, workers: 2))
+        let limit = ObjectHeader.maxInlineDataLength - 37
+        let cases: [(name: String, data: [UInt8], inline: Bool)] = [
+            ("atLimit", bytes(limit, seed: 10), true),
+            ("pastLimit", bytes(limit + 1, seed: 11), false),
+            ("small", bytes(10, seed: 12), true),
+        ]
+        try store.makeDirectory(StorePath("/l"))
+        try store.putBatch(cases.map {
+            PutBatchItem(path: try! StorePath("/l/" + $0.name), expectedLength: UInt64($0.data.count), source: Self.source($0.data))
+        })
+        #expect(dataFiles.count == 1)
+        for item in cases {
+            #expect(try get(store, "/l/" + item.name) == item.data, "\(item.name)")
+            guard case .object(let info) = try store.stat(StorePath("/l/" + item.name)).kind else {
+                Issue.record("\(item.name): not an object")
+                continue
+            }
+            // Data files are named by object ID.
+            #expect(dataFiles.contains(info.objectID) == !item.inline, "\(item.name)")
         }
         #expect(try store.verify(readData: true).isClean)
     }

@@ -52,9 +52,60 @@ struct ReadAheadWindowTests {
 
         // The other object is read and given as usual.
         var bytes = [UInt8](repeating: 0, count: 8)
-        let source = try window.source(1)
+        let source = try window.take(1).source
         let n = try bytes.withUnsafeMutableBytes { try source($0) }
         #expect(Array(bytes[..<n]) == [1, 2, 3])
         window.release(1)
+    }
+
+    /// A source that gives `data`, a piece of at most `piece` bytes a call.
+    static func giving(_ data: [UInt8], piece: Int = 1 << 20) -> (UnsafeMutableRawBufferPointer) throws -> Int {
+        var offset = 0
+        return { buffer in
+            let n = min(buffer.count, piece, data.count - offset)
+            buffer.copyBytes(from: data[offset..<(offset + n)])
+            offset += n
+            return n
+        }
+    }
+
+    /// `take` hands over the bytes read ahead as the whole object exactly
+    /// when the source ended within them: not for a source that gave more
+    /// than expected (even one byte more), nor for one not read ahead; the
+    /// source it returns gives every byte either way.
+    @Test func takeHandsOverWholeOnlyWhatEnded() throws {
+        let cases: [(name: String, data: [UInt8], expected: UInt64?, whole: Bool)] = [
+            ("exact", Array(repeating: 1, count: 5000), 5000, true),
+            ("empty", [], 0, true),
+            ("shrank", Array(repeating: 2, count: 300), 4000, true),
+            ("inPieces", (0..<3000).map { UInt8(truncatingIfNeeded: $0) }, 3000, true),
+            ("grewByOne", Array(repeating: 3, count: 1001), 1000, false),
+            ("grew", (0..<90_000).map { UInt8(truncatingIfNeeded: $0 * 7) }, 10, false),
+            ("unknownLength", Array(repeating: 4, count: 100), nil, false),
+            ("pastInlineLimit", Array(repeating: 5, count: 60_000), 60_000, false),
+        ]
+        let items = try cases.map { c in
+            PutBatchItem(path: try StorePath("/" + c.name), expectedLength: c.expected,
+                         source: Self.giving(c.data, piece: c.name == "inPieces" ? 700 : 1 << 20))
+        }
+        let window = ReadAheadWindow(items, enabled: true)
+        defer { window.stop() }
+        for (i, c) in cases.enumerated() {
+            let taken = try window.take(i)
+            if c.whole {
+                #expect(taken.whole.map { Array($0) } == c.data, "\(c.name)")
+            } else {
+                #expect(taken.whole == nil, "\(c.name)")
+            }
+            var out: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let n = try buffer.withUnsafeMutableBytes { try taken.source($0) }
+                if n == 0 { break }
+                out += buffer[..<n]
+            }
+            #expect(out == c.data, "\(c.name)")
+            window.release(i)
+        }
     }
 }

@@ -18,9 +18,6 @@ import Testing
         (try? FileManager.default.contentsOfDirectory(atPath: root + "/data").count) ?? -1
     }
 
-    /// Nothing of the tree is visible before it is published, a verifier
-    /// (even one repairing) leaves it alone while it is built, and once
-    /// published every object reads back, inherited classes included.
     /// `put -r` commits with ``Store/commitCounting(_:)``: the same commit
     /// as ``Store/commit(_:)``, reporting only how many objects it holds.
     @Test func aCountingCommitCommitsTheSame() throws {
@@ -42,6 +39,9 @@ import Testing
         }
     }
 
+    /// Nothing of the tree is visible before it is published, a verifier
+    /// (even one repairing) leaves it alone while it is built, and once
+    /// published every object reads back, inherited classes included.
     @Test func treeAppearsWholeWhenPublished() throws {
         try S.withStore { store, root in
             try store.makeDirectory(try StorePath("/d"), defaultClass: .complete)
