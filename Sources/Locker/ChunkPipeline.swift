@@ -526,7 +526,11 @@ final class ObjectReader {
         let batch = max(2, workers * 2)
         self.batch = batch
         let chunkKey = try ChunkLayout.chunkKey(fileKey: fileKey)
-        openers = try (0..<batch).map { _ in try ChunkOpener(chunkKey: chunkKey) }
+        // No more than the object has chunks: a read never opens more at
+        // once, and each opener schedules the key (a small object, one
+        // chunk, took four).
+        let openerCount = Int(min(UInt64(batch), max(1, header.chunkCount)))
+        openers = try (0..<openerCount).map { _ in try ChunkOpener(chunkKey: chunkKey) }
         try loadIndex(using: openers[0])
     }
 
