@@ -503,8 +503,9 @@ public final class Store: @unchecked Sendable {
     /// now, as a new object's does. A header that cannot be read keeps
     /// nothing.
     func explicitClass(replacing path: StorePath, at fsPath: String, in parent: Directory) -> ProtectionClass? {
-        guard (try? kind(of: fsPath)) == .object,
-              let old = try? readHeader(fsPath, name: path.name, in: parent, path: path),
+        // No look at what is there first: a missing name, a directory or
+        // anything planted fails the read as surely, one system call sooner.
+        guard let old = try? readHeader(fsPath, name: path.name, in: parent, path: path),
               case .explicit = old.protectionSource
         else { return nil }
         return old.protectionClass
