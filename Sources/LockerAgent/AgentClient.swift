@@ -1,4 +1,4 @@
-internal import Foundation
+internal import FoundationEssentials
 internal import LockerIO
 public import LockerCrypto
 public import LockerDevice
@@ -70,7 +70,7 @@ public final class AgentClient: KeyService {
     /// answered nor ended within ``departSeconds``.
     public func reboot() throws {
         // The agent whose keys are to go, as its pid file names it.
-        let departing = Self.pid(inFile: paths.pidPath)
+        let departing = AgentPaths.pid(inFile: paths.pidPath)
         let deadline = SocketIO.monotonicNow() + Self.departSeconds
         var undelivered = 0
         while true {
@@ -134,7 +134,7 @@ public final class AgentClient: KeyService {
     private func agentGone(_ pid: Int32?) -> Bool {
         if Self.isUnlocked(paths.lockPath) { return true }
         guard let pid else { return false }
-        return Self.pid(inFile: paths.pidPath) != pid || !Self.isRunning(pid)
+        return AgentPaths.pid(inFile: paths.pidPath) != pid || !Self.isRunning(pid)
     }
 
     private static func isUnlocked(_ lockPath: String) -> Bool {
@@ -146,23 +146,15 @@ public final class AgentClient: KeyService {
         return true
     }
 
-    private static func pid(inFile path: String) -> Int32? {
-        // Read as every device file is (no access time written).
-        guard let data = try? FileSystem().readFile(path, limit: 64),
-              let pid = Int32(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
-              pid > 0
-        else { return nil }
-        return pid
-    }
-
     /// Alive and not a zombie (a zombie holds no memory, so no keys). A
     /// process of another user (EPERM) is not our agent.
     private static func isRunning(_ pid: Int32) -> Bool {
         guard kill(pid, 0) == 0 else { return false }
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        guard let bytes = try? FileSystem().readFile("/proc/\(pid)/stat", limit: 4096),
+              case let stat = String(decoding: bytes, as: UTF8.self),
               let close = stat.lastIndex(of: ")")
         else { return true }
-        let state = stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).first
+        let state = stat[stat.index(after: close)...].first { $0 != " " }
         return state != "Z" && state != "X"
     }
 

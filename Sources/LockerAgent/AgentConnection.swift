@@ -1,4 +1,4 @@
-internal import Foundation
+internal import Dispatch
 internal import LockerCrypto
 internal import LockerDevice
 internal import LockerFormat
@@ -16,7 +16,7 @@ final class AgentConnection: @unchecked Sendable {
     let core: AgentCore
     /// Guards writes and the close, which the watch pump and the
     /// connection thread share.
-    private let writeLock = NSLock()
+    private let writeLock = Lock()
     private var closed = false
 
     init(fd: Int32, core: AgentCore) {
@@ -192,9 +192,7 @@ final class AgentConnection: @unchecked Sendable {
     /// `status` as the JSON document a status reply carries: sorted keys,
     /// at most ``WireFormat/maxStatusBytes``.
     static func statusDocument(_ status: DeviceStatus) throws -> [UInt8] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        let json = Array(try encoder.encode(status))
+        let json = try StatusDocument.encode(status)
         // Unreachable while the open-object table and object IDs stay
         // within their limits (a test checks the largest table).
         guard !json.isEmpty, json.count <= WireFormat.maxStatusBytes else {

@@ -1,4 +1,4 @@
-internal import Foundation
+internal import LockerIO
 internal import Synchronization
 #if canImport(Glibc)
 internal import Glibc
@@ -51,15 +51,15 @@ public struct AgentLauncher: Sendable {
         }
         let childPID = pid
         let agent = SpawnedAgent(pid: childPID)
-        let reaper = Thread {
+        // Without a reaper the agent stays a zombie once it ends, which
+        // `isRunning` tells from a live one; nothing else depends on it.
+        DetachedThread.start(stackSize: 64 << 10) {
             var status: Int32 = 0
             while waitpid(childPID, &status, 0) < 0 {
                 if errno != EINTR { return }
             }
             agent.exitStatus.withLock { $0 = status }
         }
-        reaper.stackSize = 64 << 10
-        reaper.start()
         return agent
     }
 

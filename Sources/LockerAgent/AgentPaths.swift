@@ -1,4 +1,5 @@
 internal import LockerCrypto
+internal import LockerIO
 #if canImport(Glibc)
 internal import Glibc
 #endif
@@ -19,6 +20,17 @@ public struct AgentPaths: Sendable, Equatable {
     public var startLockPath: String { deviceDirectory + "/agent.start.lock" }
     /// The running agent's process ID, in decimal.
     public var pidPath: String { deviceDirectory + "/agent.pid" }
+
+    /// The process ID in the pid file at `path`: one decimal number above
+    /// zero, with white space around it at most. Nil for anything else, or
+    /// no file.
+    static func pid(inFile path: String) -> Int32? {
+        // Read as every device file is (no access time written).
+        guard let bytes = try? FileSystem().readFile(path, limit: 64) else { return nil }
+        let words = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isWhitespace)
+        guard words.count == 1, let pid = Int32(words[0]), pid > 0 else { return nil }
+        return pid
+    }
 
     /// Resolves the paths for `devicePath`, creating the device directory
     /// (mode 0700) when it is missing, and the private socket directory

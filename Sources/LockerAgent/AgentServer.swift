@@ -1,5 +1,4 @@
 internal import CLockerSupport
-internal import Foundation
 internal import LockerCrypto
 internal import LockerDevice
 internal import LockerFormat
@@ -74,7 +73,7 @@ public enum AgentServer {
                 answers = false
             }
             if answers || SocketIO.monotonicNow() > lockDeadline {
-                throw AgentAlreadyServing(devicePath: paths.deviceDirectory, pid: Self.pid(in: paths.pidPath))
+                throw AgentAlreadyServing(devicePath: paths.deviceDirectory, pid: AgentPaths.pid(inFile: paths.pidPath))
             }
             SocketIO.sleep(milliseconds: 20)
         }
@@ -88,30 +87,22 @@ public enum AgentServer {
         let listener = try listen(on: paths.socketPath)
         core.listener = listener
 
-        let ticker = Thread { core.tickForever() }
-        ticker.stackSize = 64 << 10
-        ticker.start()
+        guard DetachedThread.start(stackSize: 64 << 10, { core.tickForever() }) else {
+            throw AgentError.unavailable("cannot start the agent's clock thread")
+        }
 
         // Asked to end (SIGTERM, SIGINT, SIGHUP): the same steps as a
         // reboot request, so the keys are wiped and the socket and pid file
         // removed, not left to the kernel and the next agent.
-        let ending = Thread {
+        let ending = DetachedThread.start(stackSize: 64 << 10) {
             var set = Self.endSignals()
             var received: Int32 = 0
             while sigwait(&set, &received) != 0 {}
             core.reboot(acknowledge: {})
         }
-        ending.stackSize = 64 << 10
-        ending.start()
+        guard ending else { throw AgentError.unavailable("cannot start the agent's signal thread") }
 
         acceptForever(listener, core: core)
-    }
-
-    /// The pid an agent wrote in `path`, if it reads as one.
-    private static func pid(in path: String) -> Int32? {
-        guard let bytes = try? FileSystem().readFile(path, limit: 32),
-              let text = String(bytes: bytes, encoding: .utf8) else { return nil }
-        return Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)).flatMap { $0 > 0 ? $0 : nil }
     }
 
     /// The signals that end the agent as a reboot does.
@@ -204,12 +195,14 @@ public enum AgentServer {
                 continue
             }
             SocketIO.setTimeouts(fd, receive: receiveSeconds, send: sendSeconds)
-            let thread = Thread {
+            let started = DetachedThread.start(stackSize: threadStackBytes) {
                 AgentConnection(fd: fd, core: core).serve()
                 core.release()
             }
-            thread.stackSize = threadStackBytes
-            thread.start()
+            if !started {
+                _ = close(fd)
+                core.release()
+            }
         }
     }
 }
@@ -236,7 +229,7 @@ final class AgentCore: @unchecked Sendable {
     private let connections = Mutex(0)
     private let watchers = Mutex(0)
     /// Serializes initialize and reboot.
-    private let lifecycle = NSLock()
+    private let lifecycle = Lock()
 
     init(directory: DeviceDirectory, paths: AgentPaths) {
         self.directory = directory
@@ -377,15 +370,17 @@ final class AgentCore: @unchecked Sendable {
         }
         // After the drain: an initialize in flight held this lock and has
         // been answered.
-        lifecycle.lock()
-        let device = held.withLock { state -> Device? in
-            let device = state.device
-            state.device = nil
-            return device
+        // Never released: the process ends inside.
+        return lifecycle.withLock {
+            let device = held.withLock { state -> Device? in
+                let device = state.device
+                state.device = nil
+                return device
+            }
+            device?.shutdown()
+            _ = unlink(paths.pidPath)
+            acknowledge()
+            _exit(0)
         }
-        device?.shutdown()
-        _ = unlink(paths.pidPath)
-        acknowledge()
-        _exit(0)
     }
 }

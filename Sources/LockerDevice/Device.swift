@@ -1,7 +1,10 @@
 public import LockerCrypto
 public import LockerFormat
-internal import Foundation
+internal import LockerIO
 internal import Synchronization
+#if canImport(Glibc)
+internal import Glibc
+#endif
 
 /// The simulated device: its keybag, its state, and the class keys it holds
 /// in each state.
@@ -76,7 +79,7 @@ public final class Device: @unchecked Sendable {
     public let directory: DeviceDirectory
     private let clock: any DeviceClock
     private let passcodeCost: PasscodeCost
-    private let lock = NSLock()
+    private let lock = Lock()
     /// Subscribers and the events waiting to reach them. Posting only
     /// queues under `lock`; delivery happens after `lock` is released, under
     /// `delivery`, so that an event never reaches a stream while the device
@@ -86,10 +89,12 @@ public final class Device: @unchecked Sendable {
     private let eventQueue = Mutex(EventQueue())
     /// Serializes delivery, so subscribers see events in the order the
     /// transitions happened.
-    private let delivery = NSLock()
+    private let delivery = Lock()
 
     private struct EventQueue {
-        var subscribers: [UUID: AsyncStream<ProtectionEvent>.Continuation] = [:]
+        var subscribers: [UInt64: AsyncStream<ProtectionEvent>.Continuation] = [:]
+        /// The key the next subscriber gets.
+        var nextSubscriber: UInt64 = 0
         var pending: [ProtectionEvent] = []
     }
 
@@ -335,7 +340,10 @@ public final class Device: @unchecked Sendable {
     /// which none can come: the stream of a wiped device ends at once).
     public func events() -> AsyncStream<ProtectionEvent> {
         let (stream, continuation) = AsyncStream<ProtectionEvent>.makeStream(bufferingPolicy: .bufferingNewest(64))
-        let id = UUID()
+        let id = eventQueue.withLock { queue in
+            defer { queue.nextSubscriber += 1 }
+            return queue.nextSubscriber
+        }
         continuation.onTermination = { [weak self] _ in
             guard let self else { return }
             _ = self.eventQueue.withLock { $0.subscribers.removeValue(forKey: id) }

@@ -122,7 +122,7 @@ public struct DeviceDirectory: Sendable {
     func removeStaleTemporaries() {
         guard let names = try? fileSystem.contentsOfDirectory(path) else { return }
         for name in names {
-            guard let range = name.range(of: ".tmp-") else { continue }
+            guard let range = name.firstRange(of: ".tmp-") else { continue }
             let pidText = name[range.upperBound...].prefix { $0 != "-" }
             guard let pid = Int32(pidText), pid > 0, kill(pid, 0) != 0, errno == ESRCH else { continue }
             try? fileSystem.shred(path + "/" + name)
