@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "LockerFormat", targets: ["LockerFormat"]),
         .library(name: "Locker", targets: ["Locker"]),
         .executable(name: "locker", targets: ["locker"]),
+        .executable(name: "locker-agent", targets: ["locker-agent"]),
         .executable(name: "locker-agent-host", targets: ["agent-host"]),
     ],
     dependencies: [
@@ -46,6 +47,10 @@ let package = Package(
             name: "LockerAgent",
             dependencies: ["LockerDevice", "LockerFormat", "LockerCrypto", "LockerIO", "CLockerSupport"]
         ),
+        // The agent that `locker` starts beside itself, without the
+        // command line's parser and Foundation (docs/architecture.md,
+        // "The agent executable").
+        .executableTarget(name: "locker-agent", dependencies: ["LockerAgent"]),
         // Runs the agent until the CLI has an `agent` command; the agent
         // tests launch it.
         .executableTarget(name: "agent-host", dependencies: ["LockerAgent", "LockerDevice"], path: "Tools/agent-host"),
@@ -121,7 +126,10 @@ let package = Package(
         // program of the user could.
         .testTarget(
             name: "LockerCLITests",
-            dependencies: [.target(name: "locker"), "Locker", "LockerAgent", "LockerDevice", "LockerFormat", "LockerCrypto"],
+            dependencies: [
+                .target(name: "locker"), .target(name: "locker-agent"),
+                "Locker", "LockerAgent", "LockerDevice", "LockerFormat", "LockerCrypto",
+            ],
             exclude: ["DamageCorpus"]
         ),
         // Crash atomicity: SIGKILLs `locker` at random points of put, rm,
@@ -129,7 +137,7 @@ let package = Package(
         // device. LOCKER_CRASH_RUNS sets the number of runs (the default is
         // a bounded share; the full campaign is 1,000), LOCKER_CRASH_SEED
         // the seed. See Tests/LockerCrashTests/CrashTests.swift.
-        .testTarget(name: "LockerCrashTests", dependencies: [.target(name: "locker")]),
+        .testTarget(name: "LockerCrashTests", dependencies: [.target(name: "locker"), .target(name: "locker-agent")]),
     ]
 )
 

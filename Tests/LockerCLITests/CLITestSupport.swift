@@ -333,20 +333,24 @@ func waitUntilGone(_ pid: Int32, seconds: Double = 5) -> Bool {
     return !isAlive(pid)
 }
 
-/// Live `locker agent` processes serving the device directory `device`,
+/// Live agents (`locker-agent`, or `locker agent`) serving the device directory `device`,
 /// whoever runs them (found in /proc).
 func agentProcesses(serving device: String) -> Set<Int32> {
     let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
     return Set(entries.compactMap { Int32($0) }.filter { isAgent($0, serving: device) })
 }
 
-/// Whether `pid` is a live `locker agent` serving `device`.
+/// Whether `pid` is a live agent serving `device`: `locker-agent`, or
+/// `locker agent`.
 func isAgent(_ pid: Int32, serving device: String) -> Bool {
-    guard pid > 0, isAlive(pid),
-          let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"), !data.isEmpty
-    else { return false }
-    let arguments = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
-    return arguments.count >= 2 && arguments[1] == "agent" && arguments.contains(device)
+    guard pid > 0, isAlive(pid), let arguments = commandLine(of: pid), arguments.contains(device) else { return false }
+    return arguments[0].hasSuffix("/locker-agent") || (arguments.count >= 2 && arguments[1] == "agent")
+}
+
+/// The arguments `pid` was started with (its program first), if it lives.
+func commandLine(of pid: Int32) -> [String]? {
+    guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"), !data.isEmpty else { return nil }
+    return data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
 }
 
 /// Where `setpriv` is, if installed.

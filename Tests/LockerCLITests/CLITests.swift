@@ -142,6 +142,50 @@ struct CLITests {
         }
     }
 
+    /// Commands start `locker-agent` from beside `locker`: the agent alone,
+    /// without the command line's parser and Foundation. Run by hand with
+    /// anything but `--device DIR`, it says how it is used.
+    @Test func commandsStartTheAgentBesideLocker() throws {
+        try withFixture { f in
+            try f.initialize()
+            let pid = try #require(f.agentPIDFromFile, "no agent.pid after init")
+            let beside = URL(fileURLWithPath: CLIFixture.lockerPath).resolvingSymlinksInPath()
+                .deletingLastPathComponent().appendingPathComponent("locker-agent").path
+            #expect(try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe") == beside)
+            #expect(commandLine(of: pid) == [beside, "--device", f.device])
+            #expect(try f.status().state == "unlocked")
+
+            for arguments in [[], ["--device"], ["agent", "--device", f.device], ["--device", ""]] {
+                let r = try f.runProgram(beside, arguments, timeout: 10)
+                #expect(r.status == 64, "\(r)")
+                #expect(r.stderr.hasPrefix("locker-agent: error: usage: locker-agent --device DIR"), "\(r)")
+                #expect(r.stderr.filter { $0 == "\n" }.count == 1, "\(r)")
+            }
+            #expect(f.agentPIDFromFile == pid)
+        }
+    }
+
+    /// A `locker` with no `locker-agent` beside it (or only one it may not
+    /// run) starts its own `agent` command instead, and the commands of
+    /// either binary share that agent.
+    @Test func withoutTheAgentBesideItLockerRunsItsOwn() throws {
+        try withFixture { f in
+            let alone = f.root + "/bin"
+            try FileManager.default.createDirectory(atPath: alone, withIntermediateDirectories: false)
+            try FileManager.default.copyItem(atPath: CLIFixture.lockerPath, toPath: alone + "/locker")
+            // Not executable, so not taken for the agent.
+            #expect(FileManager.default.createFile(atPath: alone + "/locker-agent", contents: Data("#!/bin/sh\nexit 3\n".utf8),
+                                                   attributes: [.posixPermissions: 0o644]))
+            let made = try f.runProgram(alone + "/locker", ["init", "--passcode-stdin"], stdin: "1234\n")
+            #expect(made.status == 0, "\(made)")
+            let pid = try #require(f.agentPIDFromFile, "no agent.pid after init")
+            #expect(try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe") == alone + "/locker")
+            #expect(commandLine(of: pid) == [alone + "/locker", "agent", "--device", f.device])
+            #expect(try f.status().state == "unlocked")
+            #expect(f.agentPIDFromFile == pid)
+        }
+    }
+
     // 5
     @Test func wrongThenRightPasscode() throws {
         try withFixture { f in

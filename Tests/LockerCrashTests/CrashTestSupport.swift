@@ -342,7 +342,8 @@ final class CrashFixture {
         return pid
     }
 
-    /// Live `locker agent` processes for this fixture's device.
+    /// Live agents (`locker-agent`, or `locker agent`) for this fixture's
+    /// device.
     func agentProcesses() -> Set<Int32> {
         var found = Set<Int32>()
         for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
@@ -356,7 +357,8 @@ final class CrashFixture {
               let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"), !data.isEmpty
         else { return false }
         let arguments = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
-        return arguments.count >= 2 && arguments[1] == "agent" && arguments.contains(device)
+        guard arguments.contains(device) else { return false }
+        return arguments[0].hasSuffix("/locker-agent") || (arguments.count >= 2 && arguments[1] == "agent")
     }
 
     /// Names of temporary files (`.tmp-`) in the device directory.
