@@ -30,6 +30,10 @@ int locker_limit_malloc_arenas(int count) {
     return mallopt(M_ARENA_MAX, count);
 }
 
+int locker_fix_mmap_threshold(int bytes) {
+    return mallopt(M_MMAP_THRESHOLD, bytes);
+}
+
 int locker_o_noatime(void) {
     return O_NOATIME;
 }

@@ -25,6 +25,10 @@ int locker_renameat_noreplace(int from_dir, const char *from, int to_dir, const 
 // not in the Glibc module. Returns 1 on success, 0 on error.
 int locker_limit_malloc_arenas(int count);
 
+// mallopt(M_MMAP_THRESHOLD, bytes), for the same reason. Returns 1 on
+// success, 0 on error.
+int locker_fix_mmap_threshold(int bytes);
+
 // O_NOATIME, defined only under _GNU_SOURCE: open(2) then leaves the
 // file's access time alone. Refused (EPERM) unless the caller owns the
 // file or has CAP_FOWNER.
