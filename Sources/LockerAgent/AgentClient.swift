@@ -486,8 +486,9 @@ public final class AgentClient: KeyService {
         // Another client may have started one while we waited.
         if case .connected(let connection) = try Connection.open(paths.socketPath) { return connection }
 
-        let agent = try launcher.spawn()
-        let deadline = SocketIO.monotonicNow() + Self.startSeconds
+        var agent = try launcher.spawn()
+        var fallbacks = launcher.fallbacks
+        var deadline = SocketIO.monotonicNow() + Self.startSeconds
         var lastReason = "no answer"
         while SocketIO.monotonicNow() < deadline {
             switch try Connection.open(paths.socketPath) {
@@ -497,6 +498,11 @@ public final class AgentClient: KeyService {
                 lastReason = reason
             }
             if let status = agent.exitStatus.withLock({ $0 }), status != 0 {
+                if !fallbacks.isEmpty {
+                    agent = try fallbacks.removeFirst().spawn()
+                    deadline = SocketIO.monotonicNow() + Self.startSeconds
+                    continue
+                }
                 let how = status & 0x7F == 0 ? "exit status \(status >> 8 & 0xFF)" : "signal \(status & 0x7F)"
                 throw AgentError.unavailable("the agent ended at start (\(how))")
             }

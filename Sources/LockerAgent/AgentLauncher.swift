@@ -10,10 +10,14 @@ internal import Glibc
 public struct AgentLauncher: Sendable {
     public var executable: String
     public var arguments: [String]
+    /// Started in turn, in place of this one, each time the one started
+    /// last ends at start with a failure (it cannot load, say).
+    public var fallbacks: [AgentLauncher]
 
-    public init(executable: String, arguments: [String]) {
+    public init(executable: String, arguments: [String], fallbacks: [AgentLauncher] = []) {
         self.executable = executable
         self.arguments = arguments
+        self.fallbacks = fallbacks
     }
 
     /// Starts the agent detached: a new session, stdin, stdout and stderr

@@ -203,20 +203,29 @@ struct GlobalOptions: ParsableArguments {
     }
 
     /// How a command starts the agent when none answers: `locker-agent`
-    /// from this binary's directory, a regular file this user may run, or
-    /// else this binary's own `agent` command. Both run the same agent;
-    /// the first maps about a third less memory for as long as it holds
-    /// the keys.
+    /// from this binary's directory, or else this binary's own `agent`
+    /// command, which is also the fallback if `locker-agent` ends at start
+    /// with a failure. Both run the same agent; the first maps about a
+    /// third less memory for as long as it holds the keys.
+    ///
+    /// `locker-agent` is taken only if it is a regular file (not a link)
+    /// that this user may run, owned by the owner of this binary or by
+    /// root, and writable by no one else: in a directory where others may
+    /// add files but not replace this one (`/tmp`), a `locker-agent` they
+    /// put there, which would receive the passcodes, is not run.
     static func agentLauncher(devicePath: String) -> AgentLauncher {
         let own = executablePath
-        if let slash = own.lastIndex(of: "/") {
-            let sibling = String(own[...slash]) + "locker-agent"
-            var status = stat()
-            if stat(sibling, &status) == 0, status.st_mode & S_IFMT == S_IFREG, access(sibling, X_OK) == 0 {
-                return AgentLauncher(executable: sibling, arguments: ["--device", devicePath])
-            }
-        }
-        return AgentLauncher(executable: own, arguments: ["agent", "--device", devicePath])
+        let itself = AgentLauncher(executable: own, arguments: ["agent", "--device", devicePath])
+        guard let slash = own.lastIndex(of: "/") else { return itself }
+        let sibling = String(own[...slash]) + "locker-agent"
+        var mine = stat(), theirs = stat()
+        guard stat(own, &mine) == 0, lstat(sibling, &theirs) == 0,
+              theirs.st_mode & S_IFMT == S_IFREG,
+              theirs.st_uid == mine.st_uid || theirs.st_uid == 0,
+              theirs.st_mode & (S_IWGRP | S_IWOTH) == 0,
+              access(sibling, X_OK) == 0
+        else { return itself }
+        return AgentLauncher(executable: sibling, arguments: ["--device", devicePath], fallbacks: [itself])
     }
 
     /// `arguments` (without the program name) with `--store` and

@@ -194,7 +194,7 @@ final class CLIFixture {
         return Int32(text.trimmingCharacters(in: .whitespacesAndNewlines))
     }
 
-    /// Live `locker agent` processes for this fixture's device: the pid
+    /// Live agents (`locker-agent`, or `locker agent`) for this fixture's device: the pid
     /// file's (if it really is such an agent) plus any found in /proc.
     func agentProcesses() -> Set<Int32> {
         var found = LockerCLITests.agentProcesses(serving: device)

@@ -165,19 +165,49 @@ struct CLITests {
         }
     }
 
-    /// A `locker` with no `locker-agent` beside it (or only one it may not
-    /// run) starts its own `agent` command instead, and the commands of
-    /// either binary share that agent.
-    @Test func withoutTheAgentBesideItLockerRunsItsOwn() throws {
+    /// What may stand beside a `locker` copied alone in place of its
+    /// `locker-agent`. Each is passed over (never run: it would leave a
+    /// mark) for `locker`'s own `locker agent`, except the last, which is
+    /// run, ends at start with a failure, and is replaced by it.
+    enum Sibling: String, CaseIterable {
+        case none, notExecutable, writableByGroup, writableByOthers, ownedByAnotherUser, aLink, failsAtStart
+    }
+
+    /// Without a `locker-agent` it may trust beside it (one that is a
+    /// regular file, not a link, that this user may run, owned by the
+    /// owner of `locker` or by root and writable by no one else), `locker`
+    /// starts its own `agent` command; and if the one it trusts ends at
+    /// start with a failure, it starts its own instead. Either way the
+    /// commands of both binaries share that agent.
+    @Test(arguments: Sibling.allCases)
+    func withoutATrustedAgentBesideItLockerRunsItsOwn(_ sibling: Sibling) throws {
+        if sibling == .ownedByAnotherUser, geteuid() != 0 { return }  // chown needs root
         try withFixture { f in
-            let alone = f.root + "/bin"
+            let alone = f.root + "/bin", program = alone + "/locker-agent", mark = f.root + "/ran"
             try FileManager.default.createDirectory(atPath: alone, withIntermediateDirectories: false)
             try FileManager.default.copyItem(atPath: CLIFixture.lockerPath, toPath: alone + "/locker")
-            // Not executable, so not taken for the agent.
-            #expect(FileManager.default.createFile(atPath: alone + "/locker-agent", contents: Data("#!/bin/sh\nexit 3\n".utf8),
-                                                   attributes: [.posixPermissions: 0o644]))
+            let script = Data("#!/bin/sh\n: > '\(mark)'\nexit 3\n".utf8)
+            switch sibling {
+            case .none:
+                break
+            case .aLink:
+                #expect(FileManager.default.createFile(atPath: f.root + "/target", contents: script))
+                #expect(chmod(f.root + "/target", 0o755) == 0)
+                try FileManager.default.createSymbolicLink(atPath: program, withDestinationPath: f.root + "/target")
+            default:
+                #expect(FileManager.default.createFile(atPath: program, contents: script))
+                let mode: mode_t = switch sibling {
+                case .notExecutable: 0o644
+                case .writableByGroup: 0o775
+                case .writableByOthers: 0o757
+                default: 0o755
+                }
+                #expect(chmod(program, mode) == 0)
+                if sibling == .ownedByAnotherUser { #expect(chown(program, 65534, 65534) == 0) }
+            }
             let made = try f.runProgram(alone + "/locker", ["init", "--passcode-stdin"], stdin: "1234\n")
             #expect(made.status == 0, "\(made)")
+            #expect(FileManager.default.fileExists(atPath: mark) == (sibling == .failsAtStart))
             let pid = try #require(f.agentPIDFromFile, "no agent.pid after init")
             #expect(try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe") == alone + "/locker")
             #expect(commandLine(of: pid) == [alone + "/locker", "agent", "--device", f.device])
