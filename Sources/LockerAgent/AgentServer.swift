@@ -87,9 +87,14 @@ public enum AgentServer {
         let listener = try listen(on: paths.socketPath)
         core.listener = listener
 
-        guard DetachedThread.start(stackSize: 64 << 10, { core.tickForever() }) else {
-            throw AgentError.unavailable("cannot start the agent's clock thread")
+        // Without its threads the agent would not evict keys or end on a
+        // signal: it leaves, taking its socket and pid file with it.
+        func abandon(_ thread: String) -> AgentError {
+            _ = unlink(paths.socketPath)
+            _ = unlink(paths.pidPath)
+            return AgentError.unavailable("cannot start the agent's \(thread) thread")
         }
+        guard DetachedThread.start(stackSize: 64 << 10, { core.tickForever() }) else { throw abandon("clock") }
 
         // Asked to end (SIGTERM, SIGINT, SIGHUP): the same steps as a
         // reboot request, so the keys are wiped and the socket and pid file
@@ -100,7 +105,7 @@ public enum AgentServer {
             while sigwait(&set, &received) != 0 {}
             core.reboot(acknowledge: {})
         }
-        guard ending else { throw AgentError.unavailable("cannot start the agent's signal thread") }
+        guard ending else { throw abandon("signal") }
 
         acceptForever(listener, core: core)
     }
@@ -125,6 +130,10 @@ public enum AgentServer {
         // rest of its life in about one run of four: 30 MiB instead of 14.
         // Fixed at the default's starting value, it is unmapped each time.
         ProcessMemory.fixMmapThreshold(at: 128 << 10)
+        // As the CLI caps them: each connection thread would otherwise
+        // take an arena of its own (eight per core), and under mlockall
+        // every page one touches stays resident.
+        ProcessMemory.limitMallocArenas(to: 4)
         _ = signal(SIGPIPE, SIG_IGN)
         _ = umask(0o077)
     }

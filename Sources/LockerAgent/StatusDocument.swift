@@ -2,7 +2,8 @@ internal import LockerDevice
 
 /// `DeviceStatus` as the JSON document a status reply carries
 /// (docs/agent-protocol.md): one object, its keys sorted, an absent
-/// optional left out, as `JSONEncoder` with `.sortedKeys` writes it.
+/// optional left out, as `JSONEncoder` writes it with `.sortedKeys` and
+/// `.withoutEscapingSlashes` (a `/` needs no escape in JSON).
 ///
 /// Written here rather than by `JSONEncoder` so that the agent links no
 /// Foundation; the client reads it with `JSONDecoder`, and a test checks
@@ -88,14 +89,17 @@ enum StatusDocument {
     }
 
     /// `text` as a JSON string (RFC 8259, section 7): the quotation mark,
-    /// the reverse solidus and U+0000 … U+001F escaped, every other scalar
-    /// as its UTF-8 bytes.
+    /// the reverse solidus and U+0000 … U+001F escaped (with the short
+    /// forms `\b`, `\f`, `\n`, `\r` and `\t` where there is one, as
+    /// `JSONEncoder` does), every other scalar as its UTF-8 bytes.
     private static func appendString(_ text: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "\""): out.append(contentsOf: #"\""#.utf8)
             case UInt8(ascii: "\\"): out.append(contentsOf: #"\\"#.utf8)
+            case 0x08: out.append(contentsOf: #"\b"#.utf8)
+            case 0x0C: out.append(contentsOf: #"\f"#.utf8)
             case 0x0A: out.append(contentsOf: #"\n"#.utf8)
             case 0x0D: out.append(contentsOf: #"\r"#.utf8)
             case 0x09: out.append(contentsOf: #"\t"#.utf8)

@@ -13,11 +13,12 @@ import Glibc
 #endif
 
 /// Writes `locker-agent: error: LINE` to standard error and exits with
-/// `code` (1, or 64 for a usage error, as `locker` does).
+/// `code` (1, or 64 for a usage error, as `locker` does), at once: a
+/// thread the agent started may still run.
 func fail(_ line: String, code: Int32) -> Never {
     let text = "locker-agent: error: \(line)\n"
     _ = text.utf8CString.withUnsafeBufferPointer { write(2, $0.baseAddress, $0.count - 1) }
-    exit(code)
+    _exit(code)
 }
 
 let arguments = CommandLine.arguments
@@ -30,6 +31,8 @@ do {
     fail("an agent already serves \(serving.devicePath)" + (serving.pid.map { " (pid \($0))" } ?? ""), code: 1)
 } catch AgentError.unavailable(let reason) {
     fail(reason, code: 1)
+} catch AgentError.socketPathTooLong(let path) {
+    fail("the agent socket path is too long: \(path) (use a shorter device path)", code: 64)
 } catch {
     fail("\(error)", code: 1)
 }

@@ -22,7 +22,7 @@ struct StatusDocumentTests {
     /// Strings that need each kind of escape, and some that need none.
     static let awkwardIDs = [
         "plain", "", "quote\"in", "back\\slash", "slash/es", "nul\u{0}byte", "\u{1}\u{1f}\u{7f}",
-        "tab\tnew\nline\rcr", "é ü ß", "emoji 🗝️", "line\u{2028}separator", "\u{FFFD}",
+        "tab\tnew\nline\rcr", "back\u{8}space form\u{c}feed", "é ü ß", "emoji 🗝️", "line\u{2028}separator", "\u{FFFD}",
         String(repeating: "\u{1}", count: 1024),
     ]
 

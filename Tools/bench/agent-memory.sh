@@ -51,7 +51,9 @@ for round in $(seq 1 "$rounds"); do
   order="A B"; [ $((round % 2)) -eq 0 ] && order="B A"
   for which in $order; do
     bin=$a; [ "$which" = B ] && bin=$b
-    read -r peak anon file < <(one "$bin")
+    line="$(one "$bin")" || { echo "agent-memory: a round with $bin failed" >&2; exit 1; }
+    read -r peak anon file <<< "$line"
+    [ -n "$file" ] || { echo "agent-memory: no figures from $bin's agent" >&2; exit 1; }
     printf '%s\t%s\t%s\t%s\t%s\n' "$round" "$which" "$peak" "$anon" "$file" | tee -a "$results"
   done
 done
