@@ -104,13 +104,15 @@ enum StatusDocument {
             case 0x0D: out.append(contentsOf: #"\r"#.utf8)
             case 0x09: out.append(contentsOf: #"\t"#.utf8)
             case 0..<0x20:
-                let digits = Array("0123456789abcdef".utf8)
                 out.append(contentsOf: #"\u00"#.utf8)
-                out.append(digits[Int(byte >> 4)])
-                out.append(digits[Int(byte & 0xF)])
+                out.append(hexDigits[Int(byte >> 4)])
+                out.append(hexDigits[Int(byte & 0xF)])
             default: out.append(byte)
             }
         }
         out.append(UInt8(ascii: "\""))
     }
+
+    // Made once: the largest table escapes four million bytes.
+    private static let hexDigits = Array("0123456789abcdef".utf8)
 }
