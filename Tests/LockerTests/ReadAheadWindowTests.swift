@@ -1,5 +1,6 @@
 import Foundation
 @testable import Locker
+import LockerFormat
 import Synchronization
 import Testing
 
@@ -107,5 +108,61 @@ struct ReadAheadWindowTests {
             #expect(out == c.data, "\(c.name)")
             window.release(i)
         }
+    }
+
+    /// Many more objects than the window holds, of sizes from empty to
+    /// the inline limit, taken in index order by two writers: every one
+    /// is handed over whole, with its own bytes, while the readers reserve
+    /// runs of them and the ring wraps round many times; objects given up
+    /// unread in the middle (as a failed writer gives them up) are skipped
+    /// without holding the others back.
+    @Test func manyObjectsFlowThroughTheWindowInOrder() throws {
+        // Sizes spread by multiplying by primes: mostly up to 16 KiB,
+        // every fifth up to the inline limit, some empty.
+        var sizes: [Int] = []
+        var total = 0
+        while total < 6 * ReadAheadWindow.capacity {
+            let i = sizes.count
+            let size = i % 5 == 0 ? (i &* 104_729) % (ObjectHeader.maxInlineDataLength + 1) : (i &* 7_919) % 16_384
+            sizes.append(size)
+            total += size
+        }
+        let data = sizes.enumerated().map { i, size in
+            (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ i &* 7) }
+        }
+        let items = try data.enumerated().map { i, bytes in
+            PutBatchItem(path: try StorePath("/o\(i)"), expectedLength: UInt64(bytes.count),
+                         source: Self.giving(bytes, piece: 4096))
+        }
+        let givenUp: Set<Int> = [3, 4, 100, 101, 102, items.count - 1]
+        let window = ReadAheadWindow(items, enabled: true)
+        defer { window.stop() }
+        let count = items.count
+        let next = Mutex(0)
+        let mismatches = Mutex<[Int]>([])
+        let writers = DispatchGroup()
+        for _ in 0..<2 {
+            writers.enter()
+            Thread {
+                defer { writers.leave() }
+                while true {
+                    let i = next.withLock { n -> Int in
+                        defer { n += 1 }
+                        return n
+                    }
+                    guard i < count else { return }
+                    if givenUp.contains(i) {
+                        window.release(i)
+                        continue
+                    }
+                    let whole = try? window.take(i).whole
+                    if whole.map({ Array($0) }) != data[i] { mismatches.withLock { $0.append(i) } }
+                    window.release(i)
+                }
+            }.start()
+        }
+        #expect(writers.wait(timeout: .now() + 60) == .success, "the writers did not finish: a deadlock")
+        #expect(mismatches.withLock { $0 }.isEmpty, "objects handed over with other bytes")
+        #expect(items.count > 400)
     }
 }
