@@ -325,7 +325,18 @@ public final class Store: @unchecked Sendable {
     /// left by a crash): a new directory (`.tmp-dir-…`) or an atomic
     /// replacement (`<name>.tmp-…`, see `FileSystem.writeFileAtomically`).
     /// Encoded names are base64url, so they never contain ".tmp-".
-    static func isTemporary(_ fileName: String) -> Bool { fileName.contains(".tmp-") }
+    static func isTemporary(_ fileName: String) -> Bool {
+        // On the bytes: with Foundation imported, `contains` goes through
+        // NSString for every entry a listing checks.
+        let marker = ".tmp-".utf8
+        let bytes = fileName.utf8
+        var start = bytes.startIndex
+        while let dot = bytes[start...].firstIndex(of: UInt8(ascii: ".")) {
+            if bytes[dot...].starts(with: marker) { return true }
+            start = bytes.index(after: dot)
+        }
+        return false
+    }
 
     /// Whether the temporary at `fsPath` may be a header a batch staged
     /// beside its entry (`<name>.tmp-…` in the namespace), rather than a

@@ -71,59 +71,85 @@ public enum NameCodec {
 /// Unpadded base64url (RFC 4648 §5).
 public enum Base64URL {
     private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    /// Each byte's value in the alphabet, or 0xFF for a byte not in it.
+    private static let values: [UInt8] = {
+        var values = [UInt8](repeating: 0xFF, count: 256)
+        for (value, byte) in alphabet.enumerated() { values[Int(byte)] = UInt8(value) }
+        return values
+    }()
 
     /// The length of the unpadded encoding of `count` bytes.
     public static func encodedLength(_ count: Int) -> Int { (count * 4 + 2) / 3 }
 
+    // Both directions work a group at a time into one array reserved
+    // whole: every entry listed decodes its name, and every object stored
+    // encodes one, so an array per group cost a fetch of small files more
+    // than the rest of the codec.
     public static func encode(_ bytes: [UInt8]) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity(encodedLength(bytes.count))
-        var i = 0
-        while i + 3 <= bytes.count {
-            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
-            for shift in [18, 12, 6, 0] { out.append(alphabet[Int(v >> UInt32(shift) & 63)]) }
-            i += 3
+        alphabet.withUnsafeBufferPointer { alphabet in
+            var out: [UInt8] = []
+            out.reserveCapacity(encodedLength(bytes.count))
+            var i = 0
+            while i + 3 <= bytes.count {
+                let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
+                out.append(alphabet[Int(v >> 18 & 63)])
+                out.append(alphabet[Int(v >> 12 & 63)])
+                out.append(alphabet[Int(v >> 6 & 63)])
+                out.append(alphabet[Int(v & 63)])
+                i += 3
+            }
+            let rest = bytes.count - i
+            if rest > 0 {
+                let v = UInt32(bytes[i]) << 16 | (rest == 2 ? UInt32(bytes[i + 1]) << 8 : 0)
+                out.append(alphabet[Int(v >> 18 & 63)])
+                out.append(alphabet[Int(v >> 12 & 63)])
+                if rest == 2 { out.append(alphabet[Int(v >> 6 & 63)]) }
+            }
+            return String(decoding: out, as: UTF8.self)
         }
-        let rest = bytes.count - i
-        if rest == 1 {
-            let v = UInt32(bytes[i]) << 16
-            out.append(alphabet[Int(v >> 18 & 63)])
-            out.append(alphabet[Int(v >> 12 & 63)])
-        } else if rest == 2 {
-            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8
-            out.append(alphabet[Int(v >> 18 & 63)])
-            out.append(alphabet[Int(v >> 12 & 63)])
-            out.append(alphabet[Int(v >> 6 & 63)])
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 
     public static func decode(_ text: String) -> [UInt8]? {
-        var values: [UInt8] = []
-        for c in text.utf8 {
-            switch c {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"): values.append(c - UInt8(ascii: "A"))
-            case UInt8(ascii: "a")...UInt8(ascii: "z"): values.append(c - UInt8(ascii: "a") + 26)
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): values.append(c - UInt8(ascii: "0") + 52)
-            case UInt8(ascii: "-"): values.append(62)
-            case UInt8(ascii: "_"): values.append(63)
-            default: return nil
-            }
-        }
-        if values.count % 4 == 1 { return nil }
-        var out: [UInt8] = []
-        var i = 0
-        while i < values.count {
-            let n = min(4, values.count - i)
+        if let decoded = text.utf8.withContiguousStorageIfAvailable({ decode($0) }) { return decoded }
+        return Array(text.utf8).withUnsafeBufferPointer { decode($0) }
+    }
+
+    private static func decode(_ text: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        if text.count % 4 == 1 { return nil }
+        return values.withUnsafeBufferPointer { values in
+            var out: [UInt8] = []
+            out.reserveCapacity(text.count / 4 * 3 + 2)
             var v: UInt32 = 0
-            for j in 0..<4 { v = v << 6 | (j < n ? UInt32(values[i + j]) : 0) }
-            let bytes = [UInt8(v >> 16 & 0xff), UInt8(v >> 8 & 0xff), UInt8(v & 0xff)]
-            out.append(contentsOf: bytes.prefix(n - 1))
+            var n = 0
+            for c in text {
+                let value = values[Int(c)]
+                if value == 0xFF { return nil }
+                v = v << 6 | UInt32(value)
+                n += 1
+                if n == 4 {
+                    out.append(UInt8(v >> 16 & 0xFF))
+                    out.append(UInt8(v >> 8 & 0xFF))
+                    out.append(UInt8(v & 0xFF))
+                    v = 0
+                    n = 0
+                }
+            }
             // Non-canonical trailing bits would give two spellings of one
             // name; refuse them.
-            if n < 4, bytes[n - 1] != 0 { return nil }
-            i += 4
+            switch n {
+            case 2:
+                // 12 bits: a byte and 4 bits that must be zero.
+                if v & 0xF != 0 { return nil }
+                out.append(UInt8(v >> 4))
+            case 3:
+                // 18 bits: two bytes and 2 bits that must be zero.
+                if v & 0x3 != 0 { return nil }
+                out.append(UInt8(v >> 10 & 0xFF))
+                out.append(UInt8(v >> 2 & 0xFF))
+            default:
+                break
+            }
+            return out
         }
-        return out
     }
 }
