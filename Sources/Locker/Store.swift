@@ -328,14 +328,15 @@ public final class Store: @unchecked Sendable {
     static func isTemporary(_ fileName: String) -> Bool {
         // On the bytes: with Foundation imported, `contains` goes through
         // NSString for every entry a listing checks.
-        let marker = ".tmp-".utf8
-        let bytes = fileName.utf8
-        var start = bytes.startIndex
-        while let dot = bytes[start...].firstIndex(of: UInt8(ascii: ".")) {
-            if bytes[dot...].starts(with: marker) { return true }
-            start = bytes.index(after: dot)
+        var name = fileName
+        return name.withUTF8 { name in
+            guard name.count >= 5 else { return false }
+            for i in 0...(name.count - 5) where name[i] == UInt8(ascii: ".") {
+                if name[i + 1] == UInt8(ascii: "t"), name[i + 2] == UInt8(ascii: "m"), name[i + 3] == UInt8(ascii: "p"),
+                   name[i + 4] == UInt8(ascii: "-") { return true }
+            }
+            return false
         }
-        return false
     }
 
     /// Whether the temporary at `fsPath` may be a header a batch staged
