@@ -29,8 +29,12 @@ public final class ReadAheadWindow: @unchecked Sendable {
     static let readers = 8
     /// Objects, and bytes, a reader reserves at once at most (at least
     /// one object, whatever its size): eight runs fill the window.
-    static let runLength = 8
+    static let maxRunLength = 8
     static let runBytes = capacity / readers
+    /// Objects a reader reserves at once in this window: fewer than
+    /// ``maxRunLength`` in a batch too small to give every reader a run of
+    /// that many, so that all the readers still have reads in flight.
+    private let runLength: Int
 
     private enum Slot {
         case ready(offset: Int, count: Int, ended: Bool)
@@ -78,6 +82,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
         }
         if !enabled || order.count < 2 { order = [] }
         self.order = order
+        runLength = max(1, min(Self.maxRunLength, order.count / Self.readers))
         var ready = [DispatchSemaphore?](repeating: nil, count: items.count)
         for i in order { ready[i] = DispatchSemaphore(value: 0) }
         self.ready = ready
@@ -204,7 +209,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
             // in flight for a cold cache.
             var run: [(item: Int, offset: Int, capacity: Int)] = []
             var runBytes = 0
-            while !stopped, nextReservation < order.count, run.count < Self.runLength {
+            while !stopped, nextReservation < order.count, run.count < runLength {
                 let item = order[nextReservation]
                 if abandoned.contains(item) {
                     nextReservation += 1

@@ -117,8 +117,8 @@ struct SecretBytesTests {
         done.wait()
         let result = outcome.withLock { $0 }
         #expect(result?.dirty == 0, "a secret began with another's bytes")
-        // The spares were used (while the secure heap has room, every time),
-        // or the check above proves nothing.
+        // Blocks were reused (from the spares, or from the arena's own free
+        // list, which zeroes them), or the check above proves nothing.
         #expect((result?.reused ?? 0) >= 1)
     }
 

@@ -17,7 +17,7 @@ internal import Glibc
 ///   (`CRYPTO_secure_clear_free` in the arena) before releasing it. A
 ///   block of a key's size (32 bytes) or less, wiped, may stay in the
 ///   arena among a few spares of the releasing thread, for that thread's
-///   next secret of that size.
+///   next secret of that size or less.
 /// - `==` runs in time that depends only on the lengths (`CRYPTO_memcmp`).
 /// - `description` never shows the bytes.
 /// - The bytes are reachable only inside `withUnsafeBytes`; callers must not
