@@ -1242,18 +1242,7 @@ public final class Store: @unchecked Sendable {
     }
 
     /// Lowercase hex, as object IDs are named on disk and on the wire.
-    static func hex(_ bytes: [UInt8]) -> String {
-        let digits: StaticString = "0123456789abcdef"
-        return String(unsafeUninitializedCapacity: bytes.count * 2) { out in
-            digits.withUTF8Buffer { digit in
-                for (i, byte) in bytes.enumerated() {
-                    out[2 * i] = digit[Int(byte >> 4)]
-                    out[2 * i + 1] = digit[Int(byte & 0x0f)]
-                }
-            }
-            return bytes.count * 2
-        }
-    }
+    static func hex(_ bytes: [UInt8]) -> String { Hex.lowercase(bytes) }
 
     /// Reads an object, or the bytes of `range` in it, into `sink`.
     /// Decrypts only the chunks the range needs. A damaged object throws

@@ -1,4 +1,5 @@
 internal import LockerCrypto
+internal import LockerFormat
 internal import LockerIO
 #if canImport(Glibc)
 internal import Glibc
@@ -55,10 +56,7 @@ public struct AgentPaths: Sendable, Equatable {
             socketPath = local
         } else {
             let digest = try Digest.hash(.sha256, Array(absolute.utf8))
-            let hex = digest.prefix(16).map { byte in
-                let digits = Array("0123456789abcdef".utf8)
-                return String(decoding: [digits[Int(byte >> 4)], digits[Int(byte & 0xF)]], as: UTF8.self)
-            }.joined()
+            let hex = Hex.lowercase(digest.prefix(16))
             let directory = "/tmp/locker-\(geteuid())"
             if mkdir(directory, 0o700) != 0, errno != EEXIST {
                 throw AgentError.unavailable("cannot create \(directory): \(ErrnoCode(errno).message)")

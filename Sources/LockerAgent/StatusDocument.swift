@@ -1,4 +1,5 @@
 internal import LockerDevice
+internal import LockerFormat
 
 /// `DeviceStatus` as the JSON document a status reply carries
 /// (docs/agent-protocol.md): one object, its keys sorted, an absent
@@ -105,14 +106,11 @@ enum StatusDocument {
             case 0x09: out.append(contentsOf: #"\t"#.utf8)
             case 0..<0x20:
                 out.append(contentsOf: #"\u00"#.utf8)
-                out.append(hexDigits[Int(byte >> 4)])
-                out.append(hexDigits[Int(byte & 0xF)])
+                out.append(Hex.digits[Int(byte >> 4)])
+                out.append(Hex.digits[Int(byte & 0xF)])
             default: out.append(byte)
             }
         }
         out.append(UInt8(ascii: "\""))
     }
-
-    // Made once: the largest table escapes four million bytes.
-    private static let hexDigits = Array("0123456789abcdef".utf8)
 }
