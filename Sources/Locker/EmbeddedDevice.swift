@@ -1,6 +1,7 @@
 public import LockerCrypto
 public import LockerDevice
 internal import Foundation
+internal import LockerIO
 
 extension Store {
     /// Opens a store on a device that runs inside this process (the
@@ -50,7 +51,12 @@ extension Store {
         } else {
             device = try Device.initialize(at: directory, passcode: passcode, options: options, clock: clock)
         }
-        EmbeddedTicker.start(for: device)
+        guard EmbeddedTicker.start(for: device) else {
+            // Without its clock a locked device would keep class A keys
+            // past the grace period while the app made no call.
+            device.shutdown()
+            throw IOError("start the device's clock thread", path: deviceDirectory, errno: EAGAIN)
+        }
         return try Store(path: storeDirectory, keys: device, options: storeOptions)
     }
 }
@@ -65,17 +71,15 @@ enum EmbeddedTicker {
         init(_ device: Device) { self.device = device }
     }
 
-    static func start(for device: Device) {
+    /// Starts the ticker; false if its thread could not be started.
+    static func start(for device: Device) -> Bool {
         let box = WeakDevice(device)
-        let thread = Thread {
+        return DetachedThread.start(stackSize: 64 << 10) {
             while true {
                 Thread.sleep(forTimeInterval: Double(intervalMilliseconds) / 1000)
                 guard let device = box.device else { return }
                 device.tick()
             }
         }
-        thread.name = "locker-embedded-ticker"
-        thread.stackSize = 64 << 10
-        thread.start()
     }
 }

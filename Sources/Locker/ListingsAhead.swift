@@ -1,4 +1,5 @@
 internal import Foundation
+internal import LockerIO
 
 /// The listings of a tree's directories (``Store/listForFetch(_:inlineBudget:)``),
 /// read on a thread of its own in the order a fetch of the tree (`get -r`)
@@ -25,12 +26,23 @@ public final class ListingsAhead: @unchecked Sendable {
 
     /// Starts reading from `top`, at most `count` (at least 1) ahead, each
     /// listing keeping at most `inlineBudget` bytes of small objects' data.
-    public init(_ store: Store, from top: StorePath, count: Int, inlineBudget: Int = Store.fetchInlineBudget) {
+    /// If its thread cannot be started, every listing is read when asked
+    /// for.
+    public convenience init(_ store: Store, from top: StorePath, count: Int, inlineBudget: Int = Store.fetchInlineBudget) {
+        self.init(store, from: top, count: count, inlineBudget: inlineBudget) {
+            DetachedThread.start(stackSize: 8 << 20, $0)
+        }
+    }
+
+    /// As the public initializer, with `startThread` starting the thread
+    /// that reads ahead and saying whether it did (tests make it fail).
+    init(_ store: Store, from top: StorePath, count: Int, inlineBudget: Int,
+         startThread: (@escaping @Sendable () -> Void) -> Bool) {
         precondition(count > 0, "at least one listing ahead")
         self.store = store
         self.inlineBudget = inlineBudget
         done.enter()
-        Thread { [self] in
+        let started = startThread { [self] in
             defer {
                 condition.withLock {
                     finished = true
@@ -55,7 +67,13 @@ public final class ListingsAhead: @unchecked Sendable {
                 }
                 if !kept { return }
             }
-        }.start()
+        }
+        if !started {
+            // Nothing ahead: `listing(of:)` finds it finished and reads
+            // what it is asked for.
+            finished = true
+            done.leave()
+        }
     }
 
     /// Whether it still reads ahead: not stopped, and never asked out of

@@ -71,10 +71,15 @@ public final class ReadAheadWindow: @unchecked Sendable {
     private var stopped = false
     /// Set by the first ``stop()``, under `condition`.
     private var joined = false
+    /// Whether any reader started; without one, each object is written
+    /// from its source, as if nothing were read ahead. Set by `init`.
+    private var hasReaders = false
 
     /// Starts reading `items` ahead, unless `enabled` is false or fewer
-    /// than two qualify.
-    init(_ items: [PutBatchItem], enabled: Bool) {
+    /// than two qualify. `startThread` starts a reader and says whether it
+    /// did (tests make it fail); if no reader starts, nothing is read
+    /// ahead.
+    init(_ items: [PutBatchItem], enabled: Bool, startThread: (@escaping @Sendable () -> Void) -> Bool = startReader) {
         self.items = items
         var order: [Int] = []
         for (i, item) in items.enumerated() {
@@ -91,13 +96,26 @@ public final class ReadAheadWindow: @unchecked Sendable {
         consumed = .allocate(capacity: items.count)
         consumed.initialize(repeating: false)
         window = order.isEmpty ? nil : SensitiveBuffer(count: Self.capacity)
+        var started = 0
         for _ in 0..<min(Self.readers, order.count) {
             done.enter()
-            Thread { [self] in
+            // A reader that could not be created (the process's thread
+            // limit) is one fewer: any reader reads every object.
+            if startThread({ [self] in
                 read()
                 done.leave()
-            }.start()
+            }) {
+                started += 1
+            } else {
+                done.leave()
+            }
         }
+        hasReaders = started > 0
+    }
+
+    /// Starts a reader with the stack a thread gets by default.
+    static func startReader(_ body: @escaping @Sendable () -> Void) -> Bool {
+        DetachedThread.start(stackSize: 8 << 20, body)
     }
 
     /// The source to write object `i` from: what was read ahead, then the
@@ -107,7 +125,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// ``release(_:)`` of `i`. Waits for the read; throws what reading ahead
     /// threw. Used by one thread, once per object.
     func take(_ i: Int) throws -> (whole: UnsafeRawBufferPointer?, source: (UnsafeMutableRawBufferPointer) throws -> Int) {
-        guard let ready = ready[i] else { return (nil, items[i].source) }
+        guard hasReaders, let ready = ready[i] else { return (nil, items[i].source) }
         ready.wait()
         consumed[i] = true
         switch slots[i]! {
@@ -132,7 +150,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// Gives back object `i`'s space, once it is written or has failed;
     /// the bytes are wiped. Nothing for an object not read ahead.
     func release(_ i: Int) {
-        guard let ready = ready[i] else { return }
+        guard hasReaders, let ready = ready[i] else { return }
         condition.lock()
         defer { condition.unlock() }
         if !consumed[i], reservationOf[i] != nil {

@@ -1,4 +1,5 @@
 internal import Foundation
+internal import LockerIO
 
 /// Threads kept between calls of ``parallelFor(_:width:_:)``, so that a
 /// fetch or store of many small objects, which runs one short round of
@@ -31,9 +32,17 @@ final class WorkerPool: @unchecked Sendable {
     /// Threads started since the pool was made, for tests and measurement.
     private var started = 0
 
-    init(maxThreads: Int = 64, idleLifetime: TimeInterval = 5) {
+    /// Starts a thread and says whether it did.
+    private let startThread: (@escaping @Sendable () -> Void) -> Bool
+
+    /// `startThread` starts a thread and says whether it did (tests make
+    /// it fail). A thread that cannot be started leaves its helper to the
+    /// caller, which does the work itself.
+    init(maxThreads: Int = 64, idleLifetime: TimeInterval = 5,
+         startThread: @escaping (@escaping @Sendable () -> Void) -> Bool = { DetachedThread.start(stackSize: 8 << 20, $0) }) {
         self.maxThreads = maxThreads
         self.idleLifetime = idleLifetime
+        self.startThread = startThread
     }
 
     /// One call's work, run by its caller and by the helpers that start
@@ -69,10 +78,19 @@ final class WorkerPool: @unchecked Sendable {
             // first wait.
             if waiting > 0 { condition.broadcast() }
             condition.unlock()
+            var failed = 0
             for _ in 0..<wanted {
-                let thread = Thread { [self] in serve() }
-                thread.name = "locker-worker"
-                thread.start()
+                if !startThread({ [self] in serve() }) { failed += 1 }
+            }
+            if failed > 0 {
+                // Not started (the process's thread limit): uncounted, so
+                // that a later round tries again; this round's caller
+                // withdraws the helpers no thread takes.
+                condition.lock()
+                threads -= failed
+                idle -= failed
+                started -= failed
+                condition.unlock()
             }
         }
         work()

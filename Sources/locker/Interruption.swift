@@ -100,7 +100,7 @@ enum Interruption {
         sigemptyset(&blocked)
         for signal in taken { sigaddset(&blocked, signal) }
         _ = pthread_sigmask(SIG_BLOCK, &blocked, nil)
-        let waiter = Thread {
+        let started = DetachedThread.start(stackSize: 1 << 16) {
             var set = sigset_t()
             sigemptyset(&set)
             for signal in taken { sigaddset(&set, signal) }
@@ -110,8 +110,10 @@ enum Interruption {
                 handle(pending)
             }
         }
-        waiter.stackSize = 1 << 16
-        waiter.start()
+        // Without the thread, nothing would ever take these signals: they
+        // keep their default action (the process ends at once, and its
+        // temporaries may be left, as with no handling at all).
+        if !started { _ = pthread_sigmask(SIG_UNBLOCK, &blocked, nil) }
     }
 
     /// Whether `signal`'s action is to be ignored, as inherited.
@@ -259,11 +261,11 @@ enum Interruption {
             guard first else { return }
             // The command unwinds and ends the process itself; this
             // thread steps in only if it does not in time.
-            Thread.detachNewThread {
+            let started = DetachedThread.start(stackSize: 1 << 16) {
                 Thread.sleep(forTimeInterval: grace)
                 endNow()
             }
-            return
+            if started { return }
         }
         endNow()
     }

@@ -742,10 +742,15 @@ final class Prefetch<Value>: @unchecked Sendable {
 
     init(_ job: @escaping @Sendable () throws -> Value) {
         done.enter()
-        Thread { [self] in
+        let started = DetachedThread.start(stackSize: 8 << 20) { [self] in
             result = Result { try job() }
             done.leave()
-        }.start()
+        }
+        if !started {
+            // No thread to spare (the process's limit): computed here.
+            result = Result { try job() }
+            done.leave()
+        }
     }
 
     /// Waits for the value, and returns it or throws its error.

@@ -1,5 +1,6 @@
 import Foundation
-import Locker
+@testable import Locker
+import Synchronization
 import Testing
 
 /// Listings read ahead for a tree fetch (`ListingsAhead`), in the order
@@ -69,6 +70,35 @@ import Testing
             ahead.stop()
             ahead.stop()
             #expect(objectNames(try ahead.listing(of: try StorePath("/t/b"))) == ["/t/b/f"])
+        }
+    }
+
+    /// If its thread cannot be started (the process's thread limit), every
+    /// listing is read when asked for, in any order, and nothing waits.
+    @Test func withoutItsThreadItListsWhenAsked() throws {
+        try S.withStore { store, _ in
+            try makeTree(store)
+            let ahead = ListingsAhead(store, from: try StorePath("/t"), count: 2, inlineBudget: Store.fetchInlineBudget) { _ in false }
+            // The first listing on a thread of its own, so that one waiting
+            // for a thread never started fails the test instead of hanging
+            // the run (the stop below releases it).
+            let first = Mutex<[String]?>(nil)
+            let finished = DispatchSemaphore(value: 0)
+            let top = try StorePath("/t")
+            Thread {
+                defer { finished.signal() }
+                let names = (try? ahead.listing(of: top)).map { $0.objects.map(\.path.description) }
+                first.withLock { $0 = names }
+            }.start()
+            let answered = finished.wait(timeout: .now() + 30) == .success
+            ahead.stop()
+            #expect(answered, "a listing waited for a thread never started")
+            #expect(first.withLock { $0 } == objectNames(try store.listForFetch(top)))
+            for path in order.dropFirst() {
+                let listing = try ahead.listing(of: try StorePath(path))
+                #expect(objectNames(listing) == objectNames(try store.listForFetch(try StorePath(path))), "\(path)")
+            }
+            #expect(!ahead.isReadingAhead)
         }
     }
 

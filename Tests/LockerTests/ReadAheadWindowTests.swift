@@ -1,6 +1,7 @@
 import Foundation
 @testable import Locker
 import LockerFormat
+import LockerIO
 import Synchronization
 import Testing
 
@@ -164,5 +165,50 @@ struct ReadAheadWindowTests {
         #expect(writers.wait(timeout: .now() + 60) == .success, "the writers did not finish: a deadlock")
         #expect(mismatches.withLock { $0 }.isEmpty, "objects handed over with other bytes")
         #expect(items.count > 400)
+    }
+
+    /// With no reader started (the process's thread limit), every object
+    /// is handed over from its own source, whole, and nothing waits; with
+    /// only one of the eight started, that one reads every object.
+    @Test(arguments: [0, 1])
+    func fewerReadersThanAskedFor(readers: Int) throws {
+        let data = (0..<40).map { i in (0..<(i * 997 % 9000)).map { UInt8(truncatingIfNeeded: $0 &+ i) } }
+        let items = try data.enumerated().map { i, bytes in
+            PutBatchItem(path: try StorePath("/r\(i)"), expectedLength: UInt64(bytes.count), source: Self.giving(bytes))
+        }
+        let started = Mutex(0)
+        let window = ReadAheadWindow(items, enabled: true) { body in
+            let may = started.withLock { n in
+                defer { n += 1 }
+                return n < readers
+            }
+            return may && DetachedThread.start(stackSize: 1 << 20, body)
+        }
+        defer { window.stop() }
+        // On a thread of its own, so that a take that waits for a reader
+        // never started fails the test instead of hanging the run.
+        let results = Mutex<[(out: [UInt8], whole: [UInt8]?)]>([])
+        let finished = DispatchSemaphore(value: 0)
+        Thread {
+            defer { finished.signal() }
+            for i in data.indices {
+                guard let taken = try? window.take(i) else { return }
+                var out: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                while let n = try? buffer.withUnsafeMutableBytes({ try taken.source($0) }), n > 0 { out += buffer[..<n] }
+                let whole = taken.whole.map { Array($0) }
+                results.withLock { $0.append((out, whole)) }
+                window.release(i)
+            }
+        }.start()
+        #expect(finished.wait(timeout: .now() + 30) == .success, "a take waited for a reader that never started")
+        let got = results.withLock { $0 }
+        #expect(got.count == data.count)
+        for (i, result) in got.enumerated() {
+            #expect(result.out == data[i], "object \(i)")
+            if readers == 0 { #expect(result.whole == nil, "object \(i): nothing was read ahead") }
+            if readers == 1 { #expect(result.whole == data[i], "object \(i) read ahead whole") }
+        }
+        #expect(started.withLock { $0 } == 8, "eight readers asked for")
     }
 }

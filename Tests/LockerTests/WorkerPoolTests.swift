@@ -1,5 +1,6 @@
 import Foundation
 @testable import Locker
+import LockerIO
 import Synchronization
 import Testing
 
@@ -98,5 +99,31 @@ struct WorkerPoolTests {
         // And the pool starts threads again afterwards.
         #expect(try runCounts(100, width: 3, pool: pool) == Array(repeating: 1, count: 100))
         #expect(pool.threadCounts.started == 4)
+    }
+
+    /// Where no thread can be started (the process's thread limit), a
+    /// round is run by its caller alone and still runs every index once;
+    /// the threads that failed are not counted, so a later round, once
+    /// threads can be started again, starts them.
+    @Test(.timeLimit(.minutes(1))) func withoutThreadsTheCallerDoesTheWork() throws {
+        let allowed = Mutex(false)
+        let pool = WorkerPool(maxThreads: 8, idleLifetime: 600) { body in
+            guard allowed.withLock({ $0 }) else { return false }
+            return DetachedThread.start(stackSize: 1 << 20, body)
+        }
+        let caller = "\(pthread_self())"
+        let threads = Mutex<Set<String>>([])
+        let counts = Mutex([Int](repeating: 0, count: 200))
+        try parallelFor(200, width: 4, pool: pool) { i in
+            threads.withLock { _ = $0.insert("\(pthread_self())") }
+            counts.withLock { $0[i] += 1 }
+        }
+        #expect(counts.withLock { $0 } == Array(repeating: 1, count: 200))
+        #expect(threads.withLock { $0 } == [caller])
+        #expect(pool.threadCounts.alive == 0 && pool.threadCounts.started == 0)
+
+        allowed.withLock { $0 = true }
+        #expect(try runCounts(300, width: 4, pool: pool) == Array(repeating: 1, count: 300))
+        #expect(pool.threadCounts.started == 3)
     }
 }
