@@ -56,7 +56,7 @@ public struct AgentPaths: Sendable, Equatable {
             socketPath = local
         } else {
             let digest = try Digest.hash(.sha256, Array(absolute.utf8))
-            let hex = Hex.lowercase(digest.prefix(16))
+            let hex = Hex.lowercase(Array(digest.prefix(16)))
             let directory = "/tmp/locker-\(geteuid())"
             if mkdir(directory, 0o700) != 0, errno != EEXIST {
                 throw AgentError.unavailable("cannot create \(directory): \(ErrnoCode(errno).message)")

@@ -10,11 +10,10 @@ import Testing
         #expect(Hex.lowercase([0x00, 0x0F, 0xF0, 0xAB]) == "000ff0ab")
     }
 
-    @Test("empty input, and a slice, whose indices do not start at zero")
-    func emptyAndSlices() {
-        #expect(Hex.lowercase([UInt8]()) == "")
-        let bytes: [UInt8] = [0xDE, 0xAD, 0xBE, 0xEF]
-        #expect(Hex.lowercase(bytes[1...2]) == "adbe")
-        #expect(Hex.lowercase(bytes.prefix(1)) == "de")
+    @Test("empty input, one byte, and a 16-byte object ID")
+    func emptyAndShort() {
+        #expect(Hex.lowercase([]) == "")
+        #expect(Hex.lowercase([0xDE]) == "de")
+        #expect(Hex.lowercase([0xDE, 0xAD, 0xBE, 0xEF] + [UInt8](repeating: 0x01, count: 12)) == "deadbeef" + String(repeating: "01", count: 12))
     }
 }

@@ -5,14 +5,19 @@ public enum Hex {
     public static let digits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// Two lowercase digits per byte, most significant first.
-    public static func lowercase(_ bytes: some Collection<UInt8>) -> String {
+    // An array, not any collection: a generic function of another module
+    // runs unspecialized, through witness tables for every byte, and the
+    // store names several object IDs for each object it writes.
+    public static func lowercase(_ bytes: [UInt8]) -> String {
         digits.withUnsafeBufferPointer { digit in
-            String(unsafeUninitializedCapacity: bytes.count * 2) { out in
-                for (i, byte) in bytes.enumerated() {
-                    out[2 * i] = digit[Int(byte >> 4)]
-                    out[2 * i + 1] = digit[Int(byte & 0x0F)]
+            bytes.withUnsafeBufferPointer { bytes in
+                String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+                    for i in 0..<bytes.count {
+                        out[2 * i] = digit[Int(bytes[i] >> 4)]
+                        out[2 * i + 1] = digit[Int(bytes[i] & 0x0F)]
+                    }
+                    return bytes.count * 2
                 }
-                return bytes.count * 2
             }
         }
     }
