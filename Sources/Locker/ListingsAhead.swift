@@ -30,7 +30,7 @@ public final class ListingsAhead: @unchecked Sendable {
     /// for.
     public convenience init(_ store: Store, from top: StorePath, count: Int, inlineBudget: Int = Store.fetchInlineBudget) {
         self.init(store, from: top, count: count, inlineBudget: inlineBudget) {
-            DetachedThread.start(stackSize: 8 << 20, $0)
+            DetachedThread.start($0)
         }
     }
 

@@ -191,7 +191,7 @@ public final class ProtectedFileHandle: Sendable {
         } catch StoreError.notFound, StoreError.isADirectory, StoreError.notADirectory {
             throw ProtectedFileError.itemChanged(path.description)
         }
-        guard Store.hex(header.objectID) == objectID else { throw ProtectedFileError.itemChanged(path.description) }
+        guard Hex.lowercase(header.objectID) == objectID else { throw ProtectedFileError.itemChanged(path.description) }
     }
 }
 

@@ -275,7 +275,7 @@ extension Store {
                 let objectID = Array(objectIDs[(i * idLength)..<((i + 1) * idLength)])
                 // In a staged tree, the data file waits inside its
                 // temporary directory, whose lock covers it.
-                let dataPath = targets[i].inTree ? tree!.dataPath(Self.hex(objectID)) : dataPath(objectID)
+                let dataPath = targets[i].inTree ? tree!.dataPath(Hex.lowercase(objectID)) : dataPath(objectID)
                 let taken = try early.take(i)
                 let chunkKey = try ChunkLayout.chunkKey(fileKey: fileKeys[i])
                 let result: (result: ObjectWriter.Result, inlineData: [UInt8]?)

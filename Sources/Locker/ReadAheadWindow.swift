@@ -79,7 +79,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// than two qualify. `startThread` starts a reader and says whether it
     /// did (tests make it fail); if no reader starts, nothing is read
     /// ahead.
-    init(_ items: [PutBatchItem], enabled: Bool, startThread: (@escaping @Sendable () -> Void) -> Bool = startReader) {
+    init(_ items: [PutBatchItem], enabled: Bool, startThread: (@escaping @Sendable () -> Void) -> Bool = { DetachedThread.start($0) }) {
         self.items = items
         var order: [Int] = []
         for (i, item) in items.enumerated() {
@@ -111,11 +111,6 @@ public final class ReadAheadWindow: @unchecked Sendable {
             }
         }
         hasReaders = started > 0
-    }
-
-    /// Starts a reader with the stack a thread gets by default.
-    static func startReader(_ body: @escaping @Sendable () -> Void) -> Bool {
-        DetachedThread.start(stackSize: 8 << 20, body)
     }
 
     /// The source to write object `i` from: what was read ahead, then the

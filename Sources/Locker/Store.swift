@@ -484,7 +484,7 @@ public final class Store: @unchecked Sendable {
     }
 
     func dataPath(_ objectID: [UInt8]) -> String {
-        dataDirectory + "/" + Self.hex(objectID)
+        dataDirectory + "/" + Hex.lowercase(objectID)
     }
 
     /// The class a new object at `path` gets, and where it came from.
@@ -1109,7 +1109,7 @@ public final class Store: @unchecked Sendable {
         var header: ObjectHeader
         var replaced: ObjectHeader?
         let status: DeviceStatus
-        if keepOpen { try keys.registerOpen(objectID: Self.hex(objectID), fileKey: fileKey, protectionClass: cls) }
+        if keepOpen { try keys.registerOpen(objectID: Hex.lowercase(objectID), fileKey: fileKey, protectionClass: cls) }
         do {
             let writer = try ObjectWriter(chunkKey: ChunkLayout.chunkKey(fileKey: fileKey), chunkSize: options.chunkSize,
                                           maxChunkCount: options.maxChunkCount, workers: options.workers)
@@ -1157,7 +1157,7 @@ public final class Store: @unchecked Sendable {
                 file.close()
                 temporaries.finishingTemporaries([fileToken]) { try? fs.remove(dataPath, syncDirectory: false) }
             }
-            if keepOpen { try? keys.close(objectID: Self.hex(objectID)) }
+            if keepOpen { try? keys.close(objectID: Hex.lowercase(objectID)) }
             throw error
         }
         file?.close()
@@ -1199,7 +1199,7 @@ public final class Store: @unchecked Sendable {
             return try keys.unwrap(header.wrappedKey)
         } catch DeviceError.protectedDataUnavailable(let cls) {
             if header.protectionClass == .completeUnlessOpen,
-               let key = try? keys.openFileKey(objectID: Self.hex(header.objectID)) {
+               let key = try? keys.openFileKey(objectID: Hex.lowercase(header.objectID)) {
                 return key
             }
             throw DeviceError.protectedDataUnavailable(cls)
@@ -1220,7 +1220,7 @@ public final class Store: @unchecked Sendable {
     /// ``forgetOpen(_:)`` with the open object IDs already asked for.
     func forgetOpen(_ objectIDs: [[UInt8]], open: OpenObjects) {
         if open.ids?.isEmpty == true { return }
-        for id in objectIDs.map(Self.hex) where open.mayHold(id) {
+        for id in objectIDs.map(Hex.lowercase) where open.mayHold(id) {
             try? keys.close(objectID: id)
         }
     }
@@ -1240,9 +1240,6 @@ public final class Store: @unchecked Sendable {
     func openObjectIDs() -> OpenObjects {
         OpenObjects(ids: try? Set(keys.status().openObjects.map(\.id)))
     }
-
-    /// Lowercase hex, as object IDs are named on disk and on the wire.
-    static func hex(_ bytes: [UInt8]) -> String { Hex.lowercase(bytes) }
 
     /// Reads an object, or the bytes of `range` in it, into `sink`.
     /// Decrypts only the chunks the range needs. A damaged object throws
@@ -1346,11 +1343,12 @@ public final class Store: @unchecked Sendable {
     /// stays readable across a lock until ``close(_:)``.
     public func open(_ path: StorePath) throws -> ObjectInfo {
         let (_, fsPath, header) = try object(at: path)
-        let key = try keys.open(objectID: Self.hex(header.objectID), wrapped: header.wrappedKey)
+        let id = Hex.lowercase(header.objectID)
+        let key = try keys.open(objectID: id, wrapped: header.wrappedKey)
         do {
             try header.verifyMAC(fileKey: key)
         } catch {
-            try? keys.close(objectID: Self.hex(header.objectID))
+            try? keys.close(objectID: id)
             throw StoreError.integrity(path: path.description, what: "header MAC failed authentication")
         }
         return try objectInfo(path, header: header, headerPath: fsPath)
@@ -1359,7 +1357,7 @@ public final class Store: @unchecked Sendable {
     /// Closes an object opened with ``open(_:)``.
     public func close(_ path: StorePath) throws {
         let (_, _, header) = try object(at: path)
-        try keys.close(objectID: Self.hex(header.objectID))
+        try keys.close(objectID: Hex.lowercase(header.objectID))
     }
 
     // MARK: Listing and attributes
@@ -1531,7 +1529,7 @@ public final class Store: @unchecked Sendable {
                     headerSize writtenSize: UInt64? = nil) throws -> ObjectInfo {
         let status = try known ?? keys.status()
         let cls = header.protectionClass
-        let id = Self.hex(header.objectID)
+        let id = Hex.lowercase(header.objectID)
         var accessible = status.readableClasses.contains(cls.canonicalName)
         var reason: String?
         if cls != .none, Int(header.wrappedKey.keyGeneration) < status.keyGeneration {

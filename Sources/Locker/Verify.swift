@@ -93,7 +93,7 @@ extension Store {
                 }
                 do {
                     let header = try readHeader(fsPath, name: name, in: directory, path: itemPath)
-                    let id = Self.hex(header.objectID)
+                    let id = Hex.lowercase(header.objectID)
                     if relative(fsPath) == staleName {
                         // Garbage, not damage: the move's new name holds
                         // the object.

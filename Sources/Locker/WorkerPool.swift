@@ -39,7 +39,7 @@ final class WorkerPool: @unchecked Sendable {
     /// it fail). A thread that cannot be started leaves its helper to the
     /// caller, which does the work itself.
     init(maxThreads: Int = 64, idleLifetime: TimeInterval = 5,
-         startThread: @escaping (@escaping @Sendable () -> Void) -> Bool = { DetachedThread.start(stackSize: 8 << 20, $0) }) {
+         startThread: @escaping (@escaping @Sendable () -> Void) -> Bool = { DetachedThread.start($0) }) {
         self.maxThreads = maxThreads
         self.idleLifetime = idleLifetime
         self.startThread = startThread

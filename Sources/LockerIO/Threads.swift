@@ -35,11 +35,15 @@ public final class Lock: @unchecked Sendable {
 
 /// A detached thread, started once and never joined.
 public enum DetachedThread {
+    /// The stack a thread gets by default here (glibc takes the 8 MiB of
+    /// `RLIMIT_STACK`), as Foundation's `Thread` gave the store's threads.
+    public static let defaultStackSize = 8 << 20
+
     /// Starts `body` on a new thread with a stack of `stackSize` bytes
     /// (rounded up to the system's minimum). Returns false, and never runs
     /// `body`, if the thread could not be created.
     @discardableResult
-    public static func start(stackSize: Int, _ body: @escaping @Sendable () -> Void) -> Bool {
+    public static func start(stackSize: Int = defaultStackSize, _ body: @escaping @Sendable () -> Void) -> Bool {
         var attributes = pthread_attr_t()
         guard pthread_attr_init(&attributes) == 0 else { return false }
         defer { pthread_attr_destroy(&attributes) }

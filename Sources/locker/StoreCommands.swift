@@ -742,7 +742,7 @@ final class Prefetch<Value>: @unchecked Sendable {
 
     init(_ job: @escaping @Sendable () throws -> Value) {
         done.enter()
-        let started = DetachedThread.start(stackSize: 8 << 20) { [self] in
+        let started = DetachedThread.start { [self] in
             result = Result { try job() }
             done.leave()
         }
