@@ -265,6 +265,13 @@ def report(results, kvpath):
     P("`plain` is not a peer but a floor: the same files copied with `tar`, two pipelines at "
       "once over alternate top-level directories (a `cp` for one file), and synced, with no "
       "compression or encryption, one file per file.")
+    if kv.get("cold") == "1":
+        P()
+        P("Every fetch here, of every tool and of `disk`, ran with a cold page cache "
+          "(`--cold`): `sync`, then `echo 3 > /proc/sys/vm/drop_caches`, right before it, so "
+          "each read its store from the disk, whatever its store's writer had left in memory. "
+          "The stores that followed read their sources from the disk too, so only the fetches "
+          "compare with a run without `--cold`.")
     if any(r["tool"] == "disk" for r in rows):
         P()
         P("`disk` is the floor of Locker's own fetch of a few large objects, measured right "

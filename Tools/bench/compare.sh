@@ -22,6 +22,15 @@
 #                    more than 1,000 files, when the rounds are not all
 #                    kept (not ext4, or no room) (default 65; see
 #                    docs/performance.md)
+#   --cold           drop the page cache (`sync`, then `echo 3 >
+#                    /proc/sys/vm/drop_caches`; needs root) before every
+#                    timed fetch, of every tool and of the disk floor, so
+#                    that each reads its store from the disk (the stores
+#                    of the next round then read their sources from the
+#                    disk too: compare the fetches of such a run)
+#   --datasets LIST  run only these of text-tree,text-file,random,small
+#                    (comma-separated; default all four), and skip the
+#                    Locker-only measurements
 # Progress goes to stderr, the report (Markdown) to stdout.
 set -euo pipefail
 export LC_ALL=C
@@ -31,6 +40,7 @@ repo="$(cd "$here/../.." && pwd)"
 py="$here/compare.py"
 
 runs=5 mib=512 small=20000 big_gib=4 calls=10 out="" raw="" setup=1 rewrap_mib=1024 settle=65
+cold=0 datasets="text-tree,text-file,random,small" extras=1
 locker_bin="${LOCKER_BIN:-}"
 die() { echo "compare: error: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
@@ -46,6 +56,8 @@ while [ $# -gt 0 ]; do
     --raw) raw="${2:?--raw needs a file}"; shift ;;
     --no-setup) setup=0 ;;
     --settle) settle="${2:?--settle needs a number}"; shift ;;
+    --cold) cold=1 ;;
+    --datasets) datasets="${2:?--datasets needs a list}"; extras=0; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
@@ -56,6 +68,15 @@ for v in runs mib small big_gib calls settle; do
 done
 [ "$runs" -ge 1 ] || die "--runs must be at least 1"
 [ "$mib" -ge 4 ] || die "--mib must be at least 4"
+IFS=, read -r -a wanted <<< "$datasets"
+[ ${#wanted[@]} -ge 1 ] || die "--datasets needs at least one of text-tree,text-file,random,small"
+for d in "${wanted[@]}"; do
+  case "$d" in text-tree|text-file|random|small) ;; *) die "unknown dataset '$d' (text-tree, text-file, random or small)" ;; esac
+done
+if [ "$cold" -eq 1 ]; then
+  { sync && echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null \
+    || die "--cold needs to write /proc/sys/vm/drop_caches (run as root)"
+fi
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -110,7 +131,8 @@ res="$work/results.tsv"; kv="$work/kv.tsv"
 : > "$res"; : > "$kv"
 put_kv() { printf '%s\t%s\n' "$1" "$2" >> "$kv"; }
 put_kv start "$(date '+%Y-%m-%d %H:%M:%S %Z')"
-put_kv options "runs=$runs mib=$mib small=$small big_gib=$big_gib calls=$calls settle=$settle"
+put_kv options "runs=$runs mib=$mib small=$small big_gib=$big_gib calls=$calls settle=$settle cold=$cold datasets=$datasets"
+put_kv cold "$cold"
 
 # gocryptfs only when FUSE works
 gocrypt=0
@@ -414,6 +436,9 @@ measure() {
   local ds=$1 op=$2 tool=$3 run=$4 bytes=$5; shift 5
   local au0=0 as0=0 au1=0 as1=0 arss=0 ap="" au=0 as=0 t0 t1
   sync   # start with no dirty data, so no run pays for an earlier one's writeback
+  # With --cold, every fetch reads its store from the disk, whatever the
+  # store's writer left in the page cache.
+  if [ "$cold" -eq 1 ] && [ "$op" = get ]; then echo 3 > /proc/sys/vm/drop_caches; fi
   helper_stat "$tool"; au0=$au as0=$as
   [ -n "$ap" ] && { echo 5 > "/proc/$ap/clear_refs"; } 2>/dev/null || true   # resets VmHWM
   t0=$EPOCHREALTIME
@@ -528,12 +553,18 @@ run_dataset() {
   done
 }
 
-run_dataset text-tree dir "$D/text"
-run_dataset text-file file "$D/textfile/text.bin"
-run_dataset random dir "$D/random"
-run_dataset small dir "$D/small"
+for d in "${wanted[@]}"; do
+  case "$d" in
+    text-tree) run_dataset text-tree dir "$D/text" ;;
+    text-file) run_dataset text-file file "$D/textfile/text.bin" ;;
+    random) run_dataset random dir "$D/random" ;;
+    small) run_dataset small dir "$D/small" ;;
+  esac
+done
 
 # ---------------------------------------------------------------- Locker-only
+# (Skipped when --datasets chose the datasets.)
+if [ "$extras" -eq 1 ]; then
 sec() { local t0=$EPOCHREALTIME; "$@" > /dev/null 2>&1 || die "failed: $*"; awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.4f\n", b - a}'; }
 log "ranged get of 1 MiB from the middle of a ${mib} MiB object vs a full get"
 export LOCKER_STORE="$work/store-x"
@@ -618,6 +649,8 @@ if [ "$big_gib" -gt 0 ]; then
   cmp -s "$work/big.in" "$work/big.out" || die "large get differs from its input"
   put_kv big.ok yes
   rm -rf "$work/big.in" "$work/big.out" "$work/store-big"
+fi
+
 fi
 
 put_kv end "$(date '+%Y-%m-%d %H:%M:%S %Z')"
