@@ -70,8 +70,11 @@ done
 [ "$mib" -ge 4 ] || die "--mib must be at least 4"
 IFS=, read -r -a wanted <<< "$datasets"
 [ ${#wanted[@]} -ge 1 ] || die "--datasets needs at least one of text-tree,text-file,random,small"
+declare -A seen=()
 for d in "${wanted[@]}"; do
   case "$d" in text-tree|text-file|random|small) ;; *) die "unknown dataset '$d' (text-tree, text-file, random or small)" ;; esac
+  [ -z "${seen[$d]:-}" ] || die "dataset '$d' named twice in --datasets"
+  seen[$d]=1
 done
 if [ "$cold" -eq 1 ]; then
   { sync && echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null \
