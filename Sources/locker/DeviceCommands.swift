@@ -110,14 +110,30 @@ struct Init: ParsableCommand {
         // when this thread does nothing else: a removal that ran while it
         // asked the agent for something would make the client start a
         // new agent, and with it the directories just removed.
-        func guardingPrompt<T>(_ read: () throws -> T) throws -> T {
-            guard let outermost = newDevice else { return try read() }
+        //
+        // Once the passcode is read, a signal lets the init finish and
+        // report before the process ends by it: the agent may already be
+        // making the device, which no removal can undo, and ending at
+        // once left a device made with no word said. The init takes part
+        // (Interruption.cooperating) before the removal is unregistered,
+        // so that no signal falls between the two.
+        func guardingPrompt(_ read: () throws -> SecretBytes?, then finish: (SecretBytes?) throws -> Void) throws {
+            guard let outermost = newDevice else {
+                let passcode = try read()
+                return try Interruption.cooperating { try finish(passcode) }
+            }
             let token = Interruption.registerCleanup { [fileSystem] in
                 guard Self.hasNoDevice(client) else { return }
                 Self.remove(device: device, upTo: outermost, agent: client, fileSystem: fileSystem)
             }
-            defer { Interruption.unregisterCleanup(token) }
-            return try read()
+            var registered = true
+            defer { if registered { Interruption.unregisterCleanup(token) } }
+            let passcode = try read()
+            try Interruption.cooperating {
+                Interruption.unregisterCleanup(token)
+                registered = false
+                try finish(passcode)
+            }
         }
         var initializedHere = false
         do {
@@ -190,9 +206,12 @@ struct Init: ParsableCommand {
 
     /// Initializes the device and makes the store; `initialized` is called
     /// once the device is initialized, before the store is made.
+    /// `readingPasscode` reads the passcode with its first closure (nil
+    /// with `--no-passcode`) and hands it to its second, which does the
+    /// rest.
     private func initialize(_ client: AgentClient, refusing foreignStore: CommandFailure,
-                            readingPasscode: (() throws -> SecretBytes?) throws -> SecretBytes?,
-                            initialized: () -> Void) throws {
+                            readingPasscode: (() throws -> SecretBytes?, (SecretBytes?) throws -> Void) throws -> Void,
+                            initialized: @escaping () -> Void) throws {
         let live: Bool
         do {
             live = try client.status().state != .wiped
@@ -200,25 +219,27 @@ struct Init: ParsableCommand {
             live = false
         }
         if !live, Self.holdsObjects(store: global.storePath) { throw foreignStore }
-        let passcode = noPasscode ? nil : try readingPasscode {
-            try PasscodeInput(fromStandardInput: passcodeStdin).read(prompt: "New passcode: ", confirm: true, expected: .initPasscode)
-        }
-        try client.initialize(passcode: passcode, options: Device.Options(
-            graceSeconds: UInt32(grace), eraseAfter: UInt8(eraseAfter ?? 0), defaultClass: defaultClass.value,
-            passcodeCost: .calibrated(milliseconds: 100)))
-        initialized()
-        // The store's layout and root record, so that the commands that
-        // only read find a store (they never make one).
-        _ = try Store(path: global.storePath, keys: client, create: true)
-        let status = try client.status()
-        if output.json {
-            try printJSON(StatusReport(status, devicePath: global.devicePath, storePath: global.storePath))
-        } else {
-            print("Initialized device at \(global.devicePath)")
-            print("Store: \(global.storePath)")
-            print(noPasscode ? "No passcode: locking changes nothing for data." : "Passcode set; grace period \(grace) s.")
-            print("Default class: \(defaultClass.value.canonicalName)")
-            print("State: \(status.state.rawValue)")
+        try readingPasscode({
+            noPasscode ? nil
+                : try PasscodeInput(fromStandardInput: passcodeStdin).read(prompt: "New passcode: ", confirm: true, expected: .initPasscode)
+        }) { passcode in
+            try client.initialize(passcode: passcode, options: Device.Options(
+                graceSeconds: UInt32(grace), eraseAfter: UInt8(eraseAfter ?? 0), defaultClass: defaultClass.value,
+                passcodeCost: .calibrated(milliseconds: 100)))
+            initialized()
+            // The store's layout and root record, so that the commands that
+            // only read find a store (they never make one).
+            _ = try Store(path: global.storePath, keys: client, create: true)
+            let status = try client.status()
+            if output.json {
+                try printJSON(StatusReport(status, devicePath: global.devicePath, storePath: global.storePath))
+            } else {
+                print("Initialized device at \(global.devicePath)")
+                print("Store: \(global.storePath)")
+                print(noPasscode ? "No passcode: locking changes nothing for data." : "Passcode set; grace period \(grace) s.")
+                print("Default class: \(defaultClass.value.canonicalName)")
+                print("State: \(status.state.rawValue)")
+            }
         }
     }
 }

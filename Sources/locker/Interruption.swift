@@ -13,7 +13,9 @@ import Synchronization
 /// - a command that takes part (``cooperating(_:)``: `put`, `get`) sees
 ///   ``check()`` throw ``Interrupted`` at its next chunk or file, unwinds
 ///   through its usual failure path, which removes what it had written
-///   under temporary names, and the process then ends by the signal;
+///   under temporary names, and the process then ends by the signal
+///   (`init` takes part once it has its passcode, and never checks: it
+///   finishes, and then ends by the signal);
 /// - any other command ends at once.
 ///
 /// If a taking-part command has not ended ``grace`` after the signal (it

@@ -29,6 +29,13 @@ struct InterruptionCLITests {
         return found()
     }
 
+    /// Whether `pid`'s main thread waits in a system call other than a
+    /// read of its standard input.
+    func isWaitingElsewhere(_ pid: Int32) -> Bool {
+        guard let call = try? String(contentsOfFile: "/proc/\(pid)/syscall", encoding: .utf8) else { return false }
+        return !call.hasPrefix("running") && !isReadingStandardInput(pid)
+    }
+
     /// Names in `directory` that start with `prefix`.
     func entries(_ directory: String, prefix: String) -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasPrefix(prefix) }
@@ -66,20 +73,28 @@ struct InterruptionCLITests {
         #expect(verify.status == 0, "\(verify)", sourceLocation: sourceLocation)
     }
 
+    /// Starts `locker init --passcode-stdin` with `arguments`, its
+    /// standard input a FIFO, and waits until it reads its passcode there.
+    /// Returns the run and the FIFO's writing end, which the caller closes.
+    func startInitAtItsPrompt(_ f: CLIFixture, _ arguments: [String]) throws -> (BackgroundRun, Int32) {
+        let fifo = f.root + "/passcode"
+        try #require(mkfifo(fifo, 0o600) == 0)
+        let writer = open(fifo, O_RDWR)
+        try #require(writer >= 0)
+        let run = try start(f, ["init", "--passcode-stdin"] + arguments, stdin: fifo)
+        #expect(waitFor(seconds: 20) { isReadingStandardInput(run.process.processIdentifier) }, "the init is not waiting for its passcode")
+        return (run, writer)
+    }
+
     /// Ctrl-C while `init` waits for its passcode ends it by the signal
     /// and leaves nothing it made: the agent it started is stopped, and the
     /// device directory and the directories made on the way are removed.
     @Test func anInitInterruptedAtItsPromptLeavesNothing() throws {
         try withStoreFixture { f in
-            let fifo = f.root + "/passcode"
-            try #require(mkfifo(fifo, 0o600) == 0)
-            let writer = open(fifo, O_RDWR)
-            try #require(writer >= 0)
-            defer { close(writer) }
             let fresh = f.root + "/fresh"
             let device = fresh + "/a/device"
-            let run = try start(f, ["init", "--passcode-stdin", "--device", device, "--store", fresh + "/store"], stdin: fifo)
-            #expect(waitFor(seconds: 20) { isReadingStandardInput(run.process.processIdentifier) }, "the init is not waiting for its passcode")
+            let (run, writer) = try startInitAtItsPrompt(f, ["--device", device, "--store", fresh + "/store"])
+            defer { close(writer) }
             #expect(FileManager.default.fileExists(atPath: device))
             let agents = agentProcesses(serving: device)
             #expect(!agents.isEmpty, "no agent was started")
@@ -87,6 +102,29 @@ struct InterruptionCLITests {
             #expect(run.waitForSignal(seconds: 20) == SIGINT)
             #expect(!FileManager.default.fileExists(atPath: fresh))
             for pid in agents { #expect(waitUntilGone(pid), "the agent \(pid) still runs") }
+        }
+    }
+
+    /// Ctrl-C once `init` has read its passcode and asked the agent to
+    /// make the device: the agent makes it whatever the CLI does, so the
+    /// init finishes (the store made) and says so, then ends by the
+    /// signal. Ending at once left a device made with no word said.
+    @Test func anInitInterruptedAfterItsPromptFinishesAndSaysSo() throws {
+        try withStoreFixture { f in
+            let (run, writer) = try startInitAtItsPrompt(f, [])
+            defer { close(writer) }
+            let pid = run.process.processIdentifier
+            let line = Array("1234\n".utf8)
+            #expect(write(writer, line, line.count) == line.count)
+            // Past its prompt, the init waits for nothing but the agent.
+            #expect(waitFor(seconds: 20) { isWaitingElsewhere(pid) }, "the init did not go past its prompt")
+            kill(pid, SIGINT)
+            #expect(run.waitForSignal(seconds: 20) == SIGINT)
+            #expect(run.text.contains("Initialized device at \(f.device)"), "\(run.text)")
+            #expect(FileManager.default.fileExists(atPath: f.store))
+            let status = try f.raw(["status"])
+            #expect(status.status == 0, "\(status)")
+            #expect(String(decoding: status.stdout, as: UTF8.self).contains("unlocked"), "\(status)")
         }
     }
 
