@@ -126,12 +126,15 @@ struct Init: ParsableCommand {
                 guard Self.hasNoDevice(client) else { return }
                 Self.remove(device: device, upTo: outermost, agent: client, fileSystem: fileSystem)
             }
-            var registered = true
-            defer { if registered { Interruption.unregisterCleanup(token) } }
-            let passcode = try read()
+            let passcode: SecretBytes?
+            do {
+                passcode = try read()
+            } catch {
+                Interruption.unregisterCleanup(token)
+                throw error
+            }
             try Interruption.cooperating {
                 Interruption.unregisterCleanup(token)
-                registered = false
                 try finish(passcode)
             }
         }

@@ -742,15 +742,12 @@ final class Prefetch<Value>: @unchecked Sendable {
 
     init(_ job: @escaping @Sendable () throws -> Value) {
         done.enter()
-        let started = DetachedThread.start { [self] in
+        let compute: @Sendable () -> Void = { [self] in
             result = Result { try job() }
             done.leave()
         }
-        if !started {
-            // No thread to spare (the process's limit): computed here.
-            result = Result { try job() }
-            done.leave()
-        }
+        // No thread to spare (the process's limit): computed here.
+        if !DetachedThread.start(compute) { compute() }
     }
 
     /// Waits for the value, and returns it or throws its error.
