@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <errno.h>
@@ -62,6 +63,12 @@ int locker_cached_pages(int fd, unsigned long long *pages) {
     if (rc != 0) return -1;
     *pages = stat.nr_cache;
     return 0;
+}
+
+long long locker_thread_blocks_read(void) {
+    struct rusage usage;
+    if (getrusage(RUSAGE_THREAD, &usage) != 0) return -1;
+    return usage.ru_inblock;
 }
 
 // The kernel's openat2(2) interface (Linux 5.6), declared here so that the

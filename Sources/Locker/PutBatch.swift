@@ -379,7 +379,7 @@ extension Store {
     /// nothing with one worker: that keeps the sequence of system calls
     /// fixed, as fault injection needs.
     public func readAhead(_ items: [PutBatchItem]) -> ReadAheadWindow {
-        ReadAheadWindow(items, enabled: options.workers > 1)
+        ReadAheadWindow(items, enabled: options.workers > 1, policy: readAheadPolicy)
     }
 
     /// The second half of ``putBatch(_:)``: syncs the file system, renames

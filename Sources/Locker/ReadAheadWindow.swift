@@ -1,9 +1,12 @@
 internal import LockerFormat
 internal import LockerIO
 internal import Foundation
+internal import Synchronization
 
 /// The small sources of a batch, read ahead of the objects being written
-/// by readers of their own, in order, into one bounded window of memory.
+/// by readers of their own, in order, into one bounded window of memory;
+/// or, where the batches before found them in the page cache (see
+/// ``ReadAheadPolicy``), each read whole by its object's writer.
 ///
 /// Files not in the page cache are read at the disk's pace, and several
 /// reads in flight keep it busy (measured: 20,000 files of 1–16 KiB read
@@ -13,7 +16,8 @@ internal import Foundation
 /// is at most the inline limit; it gets that many bytes and one more, so
 /// that one that grew is seen to have more (the rest is read as it is
 /// written). The window holds plaintext: it is a ``SensitiveBuffer``,
-/// out of core dumps, locked where the limit allows, wiped when freed.
+/// out of core dumps, locked where the limit allows, wiped when freed; so
+/// is the buffer a writer reads its own source into, from ``BufferPool``.
 ///
 /// Each reader reserves a run of consecutive objects at a time and reads
 /// them in order. Deadlock-free because space is reserved in index order,
@@ -41,7 +45,31 @@ public final class ReadAheadWindow: @unchecked Sendable {
         case failed(any Error)
     }
 
+    /// Who reads the sources.
+    private enum Mode {
+        /// Readers of the window's own, ahead of the writers.
+        case readers
+        /// Each object's writer, as it takes the object.
+        case writers
+        /// Nobody: each object is written from its source.
+        case none
+    }
+
     private let items: [PutBatchItem]
+    /// Set by `init`.
+    private var mode: Mode
+    /// Told at ``stop()`` whether the sources read waited for storage.
+    private let policy: ReadAheadPolicy?
+    /// The calling thread's count of blocks read from storage.
+    private let blocksRead: @Sendable () -> Int?
+    /// Whether any read of a source waited for storage, or could not tell.
+    private let waitedForStorage = Atomic<Bool>(false)
+    /// How many sources were read, by readers or writers.
+    private let readCount = Atomic<Int>(0)
+    /// With ``Mode/writers``: each object's buffer, and how much of it its
+    /// source filled, from ``take(_:)`` until ``release(_:)``. Each
+    /// element is touched by that object's writer only.
+    private let held: UnsafeMutableBufferPointer<(buffer: SensitiveBuffer, used: Int)?>
     /// The indices of the items read ahead, in order.
     private let order: [Int]
     private let window: SensitiveBuffer?
@@ -71,31 +99,39 @@ public final class ReadAheadWindow: @unchecked Sendable {
     private var stopped = false
     /// Set by the first ``stop()``, under `condition`.
     private var joined = false
-    /// Whether any reader started; without one, each object is written
-    /// from its source, as if nothing were read ahead. Set by `init`.
-    private var hasReaders = false
 
     /// Starts reading `items` ahead, unless `enabled` is false or fewer
-    /// than two qualify. `startThread` starts a reader and says whether it
-    /// did (tests make it fail); if no reader starts, nothing is read
-    /// ahead.
-    init(_ items: [PutBatchItem], enabled: Bool, startThread: (@escaping @Sendable () -> Void) -> Bool = { DetachedThread.start($0) }) {
+    /// than two qualify; or, if `policy` says the sources are in the page
+    /// cache, leaves each to its writer (``take(_:)``). `startThread`
+    /// starts a reader and says whether it did (tests make it fail); if no
+    /// reader starts, nothing is read ahead. `blocksRead` counts the
+    /// calling thread's reads from storage (tests stand in for the
+    /// kernel's count).
+    init(_ items: [PutBatchItem], enabled: Bool, policy: ReadAheadPolicy? = nil,
+         startThread: (@escaping @Sendable () -> Void) -> Bool = { DetachedThread.start($0) },
+         blocksRead: @escaping @Sendable () -> Int? = { ThreadIO.blocksRead() }) {
         self.items = items
+        self.policy = policy
+        self.blocksRead = blocksRead
         var order: [Int] = []
-        for (i, item) in items.enumerated() {
-            if let length = item.expectedLength, length <= UInt64(ObjectHeader.maxInlineDataLength) { order.append(i) }
-        }
+        for (i, item) in items.enumerated() where Self.isReadAhead(item) { order.append(i) }
         if !enabled || order.count < 2 { order = [] }
-        self.order = order
-        runLength = max(1, min(Self.maxRunLength, order.count / Self.readers))
+        mode = order.isEmpty ? .none : policy?.usesReaders == false ? .writers : .readers
+        held = .allocate(capacity: mode == .writers ? items.count : 0)
+        held.initialize(repeating: nil)
+        // With the writers reading, no reader, window or reservation.
+        if mode == .writers { order = [] }
         var ready = [DispatchSemaphore?](repeating: nil, count: items.count)
         for i in order { ready[i] = DispatchSemaphore(value: 0) }
+        self.order = order
+        runLength = max(1, min(Self.maxRunLength, order.count / Self.readers))
         self.ready = ready
         slots = .allocate(capacity: items.count)
         slots.initialize(repeating: nil)
         consumed = .allocate(capacity: items.count)
         consumed.initialize(repeating: false)
         window = order.isEmpty ? nil : SensitiveBuffer(count: Self.capacity)
+        guard mode == .readers else { return }
         var started = 0
         for _ in 0..<min(Self.readers, order.count) {
             done.enter()
@@ -110,8 +146,19 @@ public final class ReadAheadWindow: @unchecked Sendable {
                 done.leave()
             }
         }
-        hasReaders = started > 0
+        if started == 0 { mode = .none }
     }
+
+    /// Whether `item`'s source is read ahead (or by its writer, in
+    /// ``take(_:)``): its expected length is at most the inline limit.
+    private static func isReadAhead(_ item: PutBatchItem) -> Bool {
+        guard let length = item.expectedLength else { return false }
+        return length <= UInt64(ObjectHeader.maxInlineDataLength)
+    }
+
+    /// The buffer a writer reads its object's source into: the most a
+    /// source read ahead may give.
+    static let ownBufferSize = ObjectHeader.maxInlineDataLength + 1
 
     /// The source to write object `i` from: what was read ahead, then the
     /// rest of its source, or its source itself; and, when the whole source
@@ -119,8 +166,12 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// which the object may be sealed where they are. They stay valid until
     /// ``release(_:)`` of `i`. Waits for the read; throws what reading ahead
     /// threw. Used by one thread, once per object.
+    ///
+    /// With the sources left to their writers, the calling writer reads
+    /// object `i`'s source here, as a reader would have.
     func take(_ i: Int) throws -> (whole: UnsafeRawBufferPointer?, source: (UnsafeMutableRawBufferPointer) throws -> Int) {
-        guard hasReaders, let ready = ready[i] else { return (nil, items[i].source) }
+        if mode == .writers, Self.isReadAhead(items[i]) { return try readOwn(i) }
+        guard mode == .readers, let ready = ready[i] else { return (nil, items[i].source) }
         ready.wait()
         consumed[i] = true
         switch slots[i]! {
@@ -128,24 +179,71 @@ public final class ReadAheadWindow: @unchecked Sendable {
             throw error
         case .ready(let start, let count, let ended):
             let bytes = UnsafeRawBufferPointer(rebasing: window!.bytes[start..<start + count])
-            let rest = items[i].source
-            var offset = 0
-            return (ended ? bytes : nil, { buffer in
-                if offset < bytes.count {
-                    let n = min(buffer.count, bytes.count - offset)
-                    buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n]))
-                    offset += n
-                    return n
-                }
-                return ended ? 0 : try rest(buffer)
-            })
+            return (ended ? bytes : nil, Self.giving(bytes, ended: ended, then: items[i].source))
         }
+    }
+
+    /// ``take(_:)`` of an object its writer reads: the source read into a
+    /// buffer of the pool, as a reader reads it into the window.
+    private func readOwn(_ i: Int) throws -> (whole: UnsafeRawBufferPointer?, source: (UnsafeMutableRawBufferPointer) throws -> Int) {
+        let capacity = Int(items[i].expectedLength!) + 1
+        let buffer = BufferPool.shared.take(Self.ownBufferSize)
+        let before = blocksRead()
+        var filled = 0
+        var ended = false
+        do {
+            while filled < capacity {
+                let n = try items[i].source(UnsafeMutableRawBufferPointer(rebasing: buffer.bytes[filled..<capacity]))
+                if n == 0 { ended = true; break }
+                filled += n
+            }
+        } catch {
+            BufferPool.shared.give(buffer, used: filled)
+            throw error
+        }
+        noteRead(from: before, to: blocksRead(), sources: 1)
+        held[i] = (buffer, filled)
+        let bytes = UnsafeRawBufferPointer(rebasing: buffer.bytes[..<filled])
+        return (ended ? bytes : nil, Self.giving(bytes, ended: ended, then: items[i].source))
+    }
+
+    /// A source that gives `bytes`, then, unless the source `ended`
+    /// within them, the rest of `rest`.
+    private static func giving(_ bytes: UnsafeRawBufferPointer, ended: Bool,
+                               then rest: @escaping (UnsafeMutableRawBufferPointer) throws -> Int)
+        -> (UnsafeMutableRawBufferPointer) throws -> Int {
+        var offset = 0
+        return { buffer in
+            if offset < bytes.count {
+                let n = min(buffer.count, bytes.count - offset)
+                buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n]))
+                offset += n
+                return n
+            }
+            return ended ? 0 : try rest(buffer)
+        }
+    }
+
+    /// Counts `sources` read by this thread, with its count of blocks
+    /// read from storage `before` and `after` them: any difference, or a
+    /// count the kernel did not give, says that they waited for storage.
+    private func noteRead(from before: Int?, to after: Int?, sources: Int) {
+        guard sources > 0 else { return }
+        readCount.add(sources, ordering: .relaxed)
+        if before == nil || after == nil || before != after { waitedForStorage.store(true, ordering: .relaxed) }
     }
 
     /// Gives back object `i`'s space, once it is written or has failed;
     /// the bytes are wiped. Nothing for an object not read ahead.
     func release(_ i: Int) {
-        guard hasReaders, let ready = ready[i] else { return }
+        if mode == .writers {
+            if let own = held[i] {
+                held[i] = nil
+                BufferPool.shared.give(own.buffer, used: own.used)
+            }
+            return
+        }
+        guard mode == .readers, let ready = ready[i] else { return }
         condition.lock()
         defer { condition.unlock() }
         if !consumed[i], reservationOf[i] != nil {
@@ -198,6 +296,13 @@ public final class ReadAheadWindow: @unchecked Sendable {
         slots.deinitialize()
         slots.deallocate()
         consumed.deallocate()
+        // Objects taken and never released (their batch ended first).
+        for case let own? in held { BufferPool.shared.give(own.buffer, used: own.used) }
+        held.deinitialize()
+        held.deallocate()
+        if readCount.load(ordering: .relaxed) > 0 {
+            policy?.learn(sourcesWaitedForStorage: waitedForStorage.load(ordering: .relaxed))
+        }
     }
 
     /// Whether the window was started for `items` and not stopped: the
@@ -211,6 +316,9 @@ public final class ReadAheadWindow: @unchecked Sendable {
     // MARK: Readers
 
     private func read() {
+        let before = blocksRead()
+        var sources = 0
+        defer { noteRead(from: before, to: blocksRead(), sources: sources) }
         while true {
             condition.lock()
             // A run of consecutive objects a time, not one: with sources
@@ -261,6 +369,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
                     slot = .failed(error)
                 }
                 slots[i] = slot
+                sources += 1
                 ready[i]!.signal()
             }
         }
@@ -295,5 +404,29 @@ public final class ReadAheadWindow: @unchecked Sendable {
         liveBytes += length
         head = offset + length
         return offset
+    }
+}
+
+/// Whether a store's batches read their small sources with readers of
+/// their own (``ReadAheadWindow``), learned from the last batch read.
+///
+/// Readers pay where sources wait for the disk. Where the page cache holds
+/// them, each read takes microseconds, and handing every object from a
+/// reader to its writer costs more than the read: `put -r` of 20,000
+/// small files in the page cache took 7% less time with each writer
+/// reading its own sources (docs/performance.md). So a batch whose
+/// sources read nothing from storage leaves the next batches' sources to
+/// their writers, and one whose sources did, or whose reads the kernel
+/// did not count, brings the readers back. Readers first: a store's first
+/// batch is read ahead.
+final class ReadAheadPolicy: Sendable {
+    private let readers = Atomic<Bool>(true)
+
+    /// Whether the next batch reads its sources with readers.
+    var usesReaders: Bool { readers.load(ordering: .relaxed) }
+
+    /// Learns from a batch that read some sources.
+    func learn(sourcesWaitedForStorage: Bool) {
+        readers.store(sourcesWaitedForStorage, ordering: .relaxed)
     }
 }

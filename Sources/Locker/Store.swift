@@ -48,6 +48,9 @@ public final class Store: @unchecked Sendable {
     let metadata: MetadataKeys
     let fs: FileSystem
     var temporaries: any TemporaryCleanups { options.temporaries }
+    /// Whether the next batch's small sources are read by readers of their
+    /// own or by their writers, learned from the batch before.
+    let readAheadPolicy = ReadAheadPolicy()
 
     var namespaceRoot: String { path + "/ns" }
     var dataDirectory: String { path + "/data" }

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 internal import Glibc
 #endif
+internal import CLockerSupport
 
 // The device and agent layers start threads and guard shared fields with
 // these rather than with Foundation's `Thread` and `NSLock`, so that the
@@ -66,5 +67,17 @@ public enum DetachedThread {
     private final class Body: @unchecked Sendable {
         let run: @Sendable () -> Void
         init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+    }
+}
+
+/// What the calling thread has read from storage.
+public enum ThreadIO {
+    /// The blocks the calling thread has read from storage since it
+    /// started: a read that the page cache serves adds none, so the
+    /// difference across some reads says whether any of them waited for
+    /// the disk. Nil where the kernel does not say.
+    public static func blocksRead() -> Int? {
+        let blocks = locker_thread_blocks_read()
+        return blocks >= 0 ? Int(blocks) : nil
     }
 }

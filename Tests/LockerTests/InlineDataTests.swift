@@ -325,6 +325,33 @@ import Testing
         #expect(listing.damaged.allSatisfy { $0.isIntegrity })
     }
 
+    /// A store's batches after one whose small sources came from memory
+    /// (no reads from storage) leave each source to its object's writer:
+    /// objects written that way, ones that grew past their expected
+    /// length and ones too large to read whole among them, read back as
+    /// they were given, and the store verifies.
+    @Test func batchesAfterOneFromThePageCacheAreReadByTheirWriters() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let store = try makeStore()
+        try store.makeDirectory(StorePath("/b"))
+        #expect(store.readAheadPolicy.usesReaders)
+        for batch in 0..<2 {
+            let cases = (0..<40).map { i -> (name: String, data: [UInt8], expected: UInt64) in
+                let data = bytes(i == 7 ? 70_000 : i * 613 % 16_000, seed: UInt8(batch * 40 + i))
+                // Object 3 grew by a byte since it was listed; object 5 by more.
+                let expected = i == 3 ? data.count - 1 : i == 5 ? 100 : data.count
+                return ("o\(batch)-\(i)", data, UInt64(max(0, expected)))
+            }
+            try store.putBatch(cases.map {
+                PutBatchItem(path: try! StorePath("/b/" + $0.name), expectedLength: $0.expected, source: Self.source($0.data))
+            })
+            // Sources in memory read nothing from storage.
+            #expect(!store.readAheadPolicy.usesReaders, "batch \(batch)")
+            for item in cases { #expect(try get(store, "/b/" + item.name) == item.data, "\(item.name)") }
+        }
+        #expect(try store.verify(readData: true).isClean)
+    }
+
     static func source(_ data: [UInt8]) -> (UnsafeMutableRawBufferPointer) throws -> Int {
         var offset = 0
         return { buffer in

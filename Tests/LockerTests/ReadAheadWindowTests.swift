@@ -75,7 +75,11 @@ struct ReadAheadWindowTests {
     /// when the source ended within them: not for a source that gave more
     /// than expected (even one byte more), nor for one not read ahead; the
     /// source it returns gives every byte either way.
-    @Test func takeHandsOverWholeOnlyWhatEnded() throws {
+    /// Whether read ahead by readers or, where the policy says the
+    /// sources are in the page cache, by each writer as it takes its
+    /// object: the same.
+    @Test(arguments: [true, false])
+    func takeHandsOverWholeOnlyWhatEnded(readers: Bool) throws {
         let cases: [(name: String, data: [UInt8], expected: UInt64?, whole: Bool)] = [
             ("exact", Array(repeating: 1, count: 5000), 5000, true),
             ("empty", [], 0, true),
@@ -90,8 +94,15 @@ struct ReadAheadWindowTests {
             PutBatchItem(path: try StorePath("/" + c.name), expectedLength: c.expected,
                          source: Self.giving(c.data, piece: c.name == "inPieces" ? 700 : 1 << 20))
         }
-        let window = ReadAheadWindow(items, enabled: true)
+        let policy = ReadAheadPolicy()
+        if !readers { policy.learn(sourcesWaitedForStorage: false) }
+        let started = Mutex(0)
+        let window = ReadAheadWindow(items, enabled: true, policy: policy, startThread: { body in
+            started.withLock { $0 += 1 }
+            return DetachedThread.start(body)
+        }, blocksRead: { 0 })
         defer { window.stop() }
+        #expect(started.withLock { $0 } == (readers ? 6 : 0), "readers started for the six sources read ahead")
         for (i, c) in cases.enumerated() {
             let taken = try window.take(i)
             if c.whole {
@@ -211,4 +222,103 @@ struct ReadAheadWindowTests {
         }
         #expect(started.withLock { $0 } == 8, "eight readers asked for")
     }
+
+    /// Sources of `sizes` bytes; reading the one at `fromStorage`, if any,
+    /// adds 8 to `counter`, as the kernel's count of blocks read from
+    /// storage grows when a source is not in the page cache.
+    static func sources(_ sizes: [Int], fromStorage: Int? = nil, counter: BlockCount) throws -> [PutBatchItem] {
+        try sizes.enumerated().map { i, size in
+            let data = (0..<size).map { UInt8(truncatingIfNeeded: $0 &+ i) }
+            let give = giving(data)
+            return PutBatchItem(path: try StorePath("/p\(i)"), expectedLength: UInt64(size)) { buffer in
+                if i == fromStorage { counter.add(8) }
+                return try give(buffer)
+            }
+        }
+    }
+
+    /// Takes and releases every object of `window`, as a batch's writer
+    /// does, and stops it.
+    static func drain(_ window: ReadAheadWindow, _ count: Int) throws {
+        defer { window.stop() }
+        for i in 0..<count {
+            _ = try window.take(i)
+            window.release(i)
+        }
+    }
+
+    /// The policy follows the last batch that read sources: readers at
+    /// first; after a batch whose sources read nothing from storage, each
+    /// writer reads its own (no reader is started); after one that read
+    /// from storage, or whose reads the kernel did not count, readers
+    /// again. A batch that read no source changes nothing.
+    @Test func thePolicyFollowsWhatTheLastBatchReadFromStorage() throws {
+        let counter = BlockCount()
+        let blocks: @Sendable () -> Int? = { counter.value }
+        let started = Mutex(0)
+        let start: (@escaping @Sendable () -> Void) -> Bool = { body in
+            started.withLock { $0 += 1 }
+            return DetachedThread.start(body)
+        }
+        let policy = ReadAheadPolicy()
+        #expect(policy.usesReaders)
+
+        // Read by readers, all from the page cache: writers next.
+        try Self.drain(ReadAheadWindow(try Self.sources([10, 20, 30], counter: counter), enabled: true, policy: policy,
+                                       startThread: start, blocksRead: blocks), 3)
+        #expect(started.withLock { $0 } == 3)
+        #expect(!policy.usesReaders)
+
+        // Read by the writers, one source from storage: readers next.
+        try Self.drain(ReadAheadWindow(try Self.sources([10, 20, 30], fromStorage: 1, counter: counter), enabled: true,
+                                       policy: policy, startThread: start, blocksRead: blocks), 3)
+        #expect(started.withLock { $0 } == 3, "no reader for a batch its writers read")
+        #expect(policy.usesReaders)
+
+        // Read by readers, from the page cache, then by the writers, and
+        // every source still in order.
+        try Self.drain(ReadAheadWindow(try Self.sources([5, 6], counter: counter), enabled: true, policy: policy,
+                                       startThread: start, blocksRead: blocks), 2)
+        #expect(started.withLock { $0 } == 5)
+        #expect(!policy.usesReaders)
+
+        // Nothing to read (no source small enough): nothing learned.
+        try Self.drain(ReadAheadWindow(try Self.sources([100_000, 100_000], fromStorage: 0, counter: counter), enabled: true,
+                                       policy: policy, startThread: start, blocksRead: blocks), 2)
+        #expect(!policy.usesReaders)
+
+        // The kernel does not say: readers, as where sources wait.
+        try Self.drain(ReadAheadWindow(try Self.sources([10, 20], counter: counter), enabled: true, policy: policy,
+                                       startThread: start, blocksRead: { nil }), 2)
+        #expect(policy.usesReaders)
+    }
+
+    /// A source that fails while its writer reads it gives that error from
+    /// `take`, and the batch's other objects are still handed over whole.
+    @Test func aWriterReadingItsOwnSourceReportsItsFailure() throws {
+        struct Broken: Error {}
+        let policy = ReadAheadPolicy()
+        policy.learn(sourcesWaitedForStorage: false)
+        let good = [UInt8](repeating: 9, count: 4000)
+        let items = [
+            PutBatchItem(path: try StorePath("/bad"), expectedLength: 100) { _ in throw Broken() },
+            PutBatchItem(path: try StorePath("/good"), expectedLength: 4000, source: Self.giving(good)),
+        ]
+        let window = ReadAheadWindow(items, enabled: true, policy: policy, startThread: { _ in
+            Issue.record("a reader started for sources left to their writers")
+            return false
+        }, blocksRead: { 0 })
+        defer { window.stop() }
+        #expect(throws: Broken.self) { try window.take(0) }
+        window.release(0)
+        #expect(try window.take(1).whole.map { Array($0) } == good)
+        window.release(1)
+    }
+}
+
+/// A count of blocks read from storage, which a test's sources raise.
+final class BlockCount: Sendable {
+    private let count = Atomic<Int>(0)
+    var value: Int { count.load(ordering: .relaxed) }
+    func add(_ blocks: Int) { count.add(blocks, ordering: .relaxed) }
 }

@@ -88,4 +88,22 @@ struct ThreadsTests {
         }
         #expect(other.withLock { $0 })
     }
+
+    /// The calling thread's count of blocks read from storage is given,
+    /// and a read the page cache serves adds nothing to it.
+    @Test func aReadFromThePageCacheReadsNoBlocks() throws {
+        let path = "/tmp/locker-threadio-\(getpid())"
+        defer { unlink(path) }
+        let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0x5a, count: 64 << 10)
+        #expect(bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == bytes.count)
+        // Just written: every page of it is in the page cache.
+        let before = try #require(ThreadIO.blocksRead())
+        for _ in 0..<3 {
+            #expect(bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) } == bytes.count)
+        }
+        #expect(ThreadIO.blocksRead() == before)
+    }
 }

@@ -48,6 +48,12 @@ int locker_o_direct(void);
 // any. Returns 0, or -1 with errno (ENOSYS on an older kernel).
 int locker_cached_pages(int fd, unsigned long long *pages);
 
+// getrusage(2) with RUSAGE_THREAD, defined only under _GNU_SOURCE: how
+// many blocks of 512 bytes the calling thread has read from storage
+// (ru_inblock). A read the page cache serves adds none. Returns the count,
+// or -1 with errno.
+long long locker_thread_blocks_read(void);
+
 // Opens `relative` below the directory `root` with `flags`, following no
 // symbolic link anywhere in it and never leaving `root` (a link fails with
 // ELOOP; an absolute path, or one that climbs out, with EXDEV): openat2(2)
