@@ -413,8 +413,9 @@ public final class ReadAheadWindow: @unchecked Sendable {
 /// Readers pay where sources wait for the disk. Where the page cache holds
 /// them, each read takes microseconds, and handing every object from a
 /// reader to its writer costs more than the read: `put -r` of 20,000
-/// small files in the page cache took 7% less time with each writer
-/// reading its own sources (docs/performance.md). So a batch whose
+/// small files in the page cache took 11% less time with each writer
+/// reading its own sources (docs/performance.md, "After pass 34: sources
+/// in the page cache read by their writers"). So a batch whose
 /// sources read nothing from storage leaves the next batches' sources to
 /// their writers, and one whose sources did, or whose reads the kernel
 /// did not count, brings the readers back. Readers first: a store's first
