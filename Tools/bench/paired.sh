@@ -31,7 +31,14 @@
 # and fetched files are deleted after it (a few files; CHURN, if given,
 # copies FILE instead of the small files).
 #
-# Usage: [CHURN=N] [FILE=PATH] Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]   (16, 20000)
+# With EVICT=P in the environment (a whole percentage, 0–100), before each
+# put the sources are all read, then P% of the files, drawn at random
+# (seeded), are dropped from the page cache (POSIX_FADV_DONTNEED): a tree
+# partly on the disk, as proactive reclaim leaves one on a machine that
+# runs it (docs/performance.md, "After pass 34: sources in the page cache
+# read by their writers"). EVICT=100 reads every source from the disk.
+#
+# Usage: [CHURN=N] [EVICT=P] [FILE=PATH] Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]   (16, 20000)
 set -euo pipefail
 # Relative to the caller's directory, not the repository's.
 file="${FILE:-}"
@@ -40,12 +47,15 @@ if [ -n "$file" ]; then
     || { echo "FILE must name a regular file, not '${FILE}'" >&2; exit 64; }
 fi
 cd "$(dirname "$0")/../.."
-[ $# -ge 2 ] || { echo "usage: [CHURN=N] [FILE=PATH] Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]" >&2; exit 64; }
+[ $# -ge 2 ] || { echo "usage: [CHURN=N] [EVICT=P] [FILE=PATH] Tools/bench/paired.sh A_BIN B_BIN [rounds] [files]" >&2; exit 64; }
 bins=("$1" "$2")
 rounds="${3:-16}"
 files="${4:-20000}"
 churn="${CHURN:-0}"
 [[ $churn =~ ^[0-9]+$ ]] || { echo "CHURN must be a count of copies, not '$churn'" >&2; exit 64; }
+evict="${EVICT:-}"
+[ -z "$evict" ] || { [[ $evict =~ ^[0-9]+$ ]] && [ "$evict" -le 100 ]; } \
+  || { echo "EVICT must be a whole percentage from 0 to 100, not '$evict'" >&2; exit 64; }
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (Debian package 'time')" >&2; exit 1; }
 
 work="$(mktemp -d /tmp/locker-paired.XXXXXX)"
@@ -82,6 +92,19 @@ for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then order="0 1"; else order="1 0"; fi
   for b in $order; do
     if [ -n "$file" ]; then args=(put "$work/src/object" /object); else args=(put -r "$work/src" /data); fi
+    [ -z "$evict" ] || python3 - "$work/src" "$evict" "$r$b" <<'EOF'
+import os, random, sys
+root, percent, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+files = sorted(os.path.join(d, f) for d, _, names in os.walk(root) for f in names)
+for path in files:
+    with open(path, "rb") as f:
+        while f.read(1 << 20):
+            pass
+for path in random.Random(seed).sample(files, len(files) * percent // 100):
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+EOF
     LOCKER_DEVICE="$work/dev$b" LOCKER_STORE="$work/store$b.$r" timed "$r" "$b" put "${bins[$b]}" "${args[@]}" --class C
   done
   for b in $order; do
