@@ -30,10 +30,18 @@ struct InterruptionCLITests {
     }
 
     /// Whether `pid`'s main thread waits in a system call other than a
-    /// read of its standard input.
+    /// read of its standard input, and still does 20 ms later. Blocked
+    /// outside any system call ("-1": a page fault that reads the binary
+    /// from the disk, say) is not waiting elsewhere: the process may still
+    /// be between two reads of its standard input.
     func isWaitingElsewhere(_ pid: Int32) -> Bool {
-        guard let call = try? String(contentsOfFile: "/proc/\(pid)/syscall", encoding: .utf8) else { return false }
-        return !call.hasPrefix("running") && !isReadingStandardInput(pid)
+        func now() -> Bool {
+            guard let call = try? String(contentsOfFile: "/proc/\(pid)/syscall", encoding: .utf8) else { return false }
+            return !call.hasPrefix("running") && !call.hasPrefix("-1") && !isReadingStandardInput(pid)
+        }
+        guard now() else { return false }
+        usleep(20_000)
+        return now()
     }
 
     /// Names in `directory` that start with `prefix`.
