@@ -64,8 +64,8 @@ public final class ReadAheadWindow: @unchecked Sendable {
     private let blocksRead: @Sendable () -> Int?
     /// Whether any read of a source waited for storage, or could not tell.
     private let waitedForStorage = Atomic<Bool>(false)
-    /// How many sources were read, by readers or writers.
-    private let readCount = Atomic<Int>(0)
+    /// Whether any source was read, by a reader or a writer.
+    private let readAny = Atomic<Bool>(false)
     /// With ``Mode/writers``: each object's buffer, and how much of it its
     /// source filled, from ``take(_:)`` until ``release(_:)``. Each
     /// element is touched by that object's writer only.
@@ -201,7 +201,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
             BufferPool.shared.give(buffer, used: filled)
             throw error
         }
-        noteRead(from: before, to: blocksRead(), sources: 1)
+        noteRead(from: before, to: blocksRead())
         held[i] = (buffer, filled)
         let bytes = UnsafeRawBufferPointer(rebasing: buffer.bytes[..<filled])
         return (ended ? bytes : nil, Self.giving(bytes, ended: ended, then: items[i].source))
@@ -224,12 +224,11 @@ public final class ReadAheadWindow: @unchecked Sendable {
         }
     }
 
-    /// Counts `sources` read by this thread, with its count of blocks
-    /// read from storage `before` and `after` them: any difference, or a
-    /// count the kernel did not give, says that they waited for storage.
-    private func noteRead(from before: Int?, to after: Int?, sources: Int) {
-        guard sources > 0 else { return }
-        readCount.add(sources, ordering: .relaxed)
+    /// Notes sources read by this thread, with its count of blocks read
+    /// from storage `before` and `after` them: any difference, or a count
+    /// the kernel did not give, says that they waited for storage.
+    private func noteRead(from before: Int?, to after: Int?) {
+        readAny.store(true, ordering: .relaxed)
         if before == nil || after == nil || before != after { waitedForStorage.store(true, ordering: .relaxed) }
     }
 
@@ -300,7 +299,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
         for case let own? in held { BufferPool.shared.give(own.buffer, used: own.used) }
         held.deinitialize()
         held.deallocate()
-        if readCount.load(ordering: .relaxed) > 0 {
+        if readAny.load(ordering: .relaxed) {
             policy?.learn(sourcesWaitedForStorage: waitedForStorage.load(ordering: .relaxed))
         }
     }
@@ -317,8 +316,8 @@ public final class ReadAheadWindow: @unchecked Sendable {
 
     private func read() {
         let before = blocksRead()
-        var sources = 0
-        defer { noteRead(from: before, to: blocksRead(), sources: sources) }
+        var readSome = false
+        defer { if readSome { noteRead(from: before, to: blocksRead()) } }
         while true {
             condition.lock()
             // A run of consecutive objects a time, not one: with sources
@@ -369,7 +368,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
                     slot = .failed(error)
                 }
                 slots[i] = slot
-                sources += 1
+                readSome = true
                 ready[i]!.signal()
             }
         }
