@@ -44,7 +44,10 @@ struct ThreadsTests {
         #expect(result.runs == 1)
         #expect(result.otherThread)
         #expect(result.stack >= 256 << 10)
-        #expect(result.stack < 1 << 20, "the default stack, not the one asked for: \(result.stack)")
+        // glibc may hand the thread a cached stack of another thread that
+        // ended, up to four times the size asked for (1 MiB: other tests'
+        // threads), but never the 8 MiB default for a request of 256 KiB.
+        #expect(result.stack <= 4 * (256 << 10), "the default stack, not the one asked for: \(result.stack)")
     }
 
     @Test("the lock keeps eight threads' increments of a plain counter from being lost")
