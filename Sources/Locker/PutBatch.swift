@@ -21,13 +21,22 @@ public struct PutBatchItem {
     /// many at once; the object stored is what the source gives, whatever
     /// this says.
     public var expectedLength: UInt64?
+    /// Starts the source's reads from storage without waiting for them
+    /// (say, opens a file and asks the kernel for its pages), if it can.
+    /// A batch calls it at most once, before ``source`` is first called,
+    /// never at the same time as it, maybe from another thread: for the
+    /// sources ahead of the writers once some were found waiting for
+    /// storage (see ``ReadAheadWindow``). Failures are left for
+    /// ``source`` to report.
+    public var prepare: (() -> Void)?
 
     public init(path: StorePath, protection: ProtectionClass? = nil, expectedLength: UInt64? = nil,
-                source: @escaping (UnsafeMutableRawBufferPointer) throws -> Int) {
+                source: @escaping (UnsafeMutableRawBufferPointer) throws -> Int, prepare: (() -> Void)? = nil) {
         self.path = path
         self.protection = protection
         self.expectedLength = expectedLength
         self.source = source
+        self.prepare = prepare
     }
 }
 

@@ -5,8 +5,17 @@ internal import Synchronization
 
 /// The small sources of a batch, read ahead of the objects being written
 /// by readers of their own, in order, into one bounded window of memory;
-/// or, where the batches before found them in the page cache (see
-/// ``ReadAheadPolicy``), each read whole by its object's writer.
+/// or each read whole by its object's writer: where every source can be
+/// prepared (``PutBatchItem/prepare``), or where the batches before found
+/// them in the page cache (see ``ReadAheadPolicy``).
+///
+/// Sources read by their writers that can be prepared are prepared ahead
+/// of the writers, once one of them was found waiting for storage (in
+/// this batch, or the last), by one thread of the window's own: it opens
+/// each and asks the kernel for its pages, at most ``preparedAhead``
+/// sources ahead of the writers, so that the disk has many reads in
+/// flight and the writers find their sources in the page cache; with all
+/// of them there, no thread, hand-off or window at all.
 ///
 /// Files not in the page cache are read at the disk's pace, and several
 /// reads in flight keep it busy (measured: 20,000 files of 1–16 KiB read
@@ -45,11 +54,17 @@ public final class ReadAheadWindow: @unchecked Sendable {
         case failed(any Error)
     }
 
+    /// Sources prepared and not yet taken by their writers, at most: each
+    /// may hold a descriptor open.
+    public static let preparedAhead = 64
+
     /// Who reads the sources.
     private enum Mode {
         /// Readers of the window's own, ahead of the writers.
         case readers
-        /// Each object's writer, as it takes the object.
+        /// Each object's writer, as it takes the object; sources that can
+        /// be prepared are, ahead of the writers, once some waited for
+        /// storage.
         case writers
         /// Nobody: each object is written from its source.
         case none
@@ -60,6 +75,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
     private var mode: Mode
     /// Told at ``stop()`` whether the sources read waited for storage.
     private let policy: ReadAheadPolicy?
+    private let startThread: (@escaping @Sendable () -> Void) -> Bool
     /// The calling thread's count of blocks read from storage.
     private let blocksRead: @Sendable () -> Int?
     /// Whether any read of a source waited for storage, or could not tell.
@@ -70,6 +86,15 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// source filled, from ``take(_:)`` until ``release(_:)``. Each
     /// element is touched by that object's writer only.
     private let held: UnsafeMutableBufferPointer<(buffer: SensitiveBuffer, used: Int)?>
+    /// With ``Mode/writers``, for each object whose source can be
+    /// prepared: who has it (``Claim``); else nil.
+    private let claims: UnsafeMutablePointer<Atomic<UInt8>>?
+    /// Whether the thread preparing sources was started.
+    private let preparing = Atomic<Bool>(false)
+    /// Sources prepared and not yet taken.
+    private let ahead = Atomic<Int>(0)
+    /// Whether the preparing thread waits for the writers to take some.
+    private let preparerWaits = Atomic<Bool>(false)
     /// The indices of the items read ahead, in order.
     private let order: [Int]
     private let window: SensitiveBuffer?
@@ -108,7 +133,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// calling thread's reads from storage (tests stand in for the
     /// kernel's count).
     init(_ items: [PutBatchItem], enabled: Bool, policy: ReadAheadPolicy? = nil,
-         startThread: (@escaping @Sendable () -> Void) -> Bool = { DetachedThread.start($0) },
+         startThread: @escaping (@escaping @Sendable () -> Void) -> Bool = { DetachedThread.start($0) },
          blocksRead: @escaping @Sendable () -> Int? = { ThreadIO.blocksRead() }) {
         self.items = items
         self.policy = policy
@@ -116,9 +141,17 @@ public final class ReadAheadWindow: @unchecked Sendable {
         var order: [Int] = []
         for (i, item) in items.enumerated() where Self.isReadAhead(item) { order.append(i) }
         if !enabled || order.count < 2 { order = [] }
-        mode = order.isEmpty ? .none : policy?.usesReaders == false ? .writers : .readers
+        let preparable = !order.isEmpty && order.allSatisfy { items[$0].prepare != nil }
+        mode = order.isEmpty ? .none : preparable || policy?.sourcesWaitForStorage == false ? .writers : .readers
         held = .allocate(capacity: mode == .writers ? items.count : 0)
         held.initialize(repeating: nil)
+        if preparable {
+            let claims = UnsafeMutablePointer<Atomic<UInt8>>.allocate(capacity: items.count)
+            for i in 0..<items.count { (claims + i).initialize(to: Atomic(Claim.free.rawValue)) }
+            self.claims = claims
+        } else {
+            claims = nil
+        }
         // With the writers reading, no reader, window or reservation.
         if mode == .writers { order = [] }
         var ready = [DispatchSemaphore?](repeating: nil, count: items.count)
@@ -131,6 +164,8 @@ public final class ReadAheadWindow: @unchecked Sendable {
         consumed = .allocate(capacity: items.count)
         consumed.initialize(repeating: false)
         window = order.isEmpty ? nil : SensitiveBuffer(count: Self.capacity)
+        self.startThread = startThread
+        if claims != nil, policy?.sourcesWaitForStorage == true { startPreparing(from: 0) }
         guard mode == .readers else { return }
         var started = 0
         for _ in 0..<min(Self.readers, order.count) {
@@ -170,7 +205,10 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// With the sources left to their writers, the calling writer reads
     /// object `i`'s source here, as a reader would have.
     func take(_ i: Int) throws -> (whole: UnsafeRawBufferPointer?, source: (UnsafeMutableRawBufferPointer) throws -> Int) {
-        if mode == .writers, Self.isReadAhead(items[i]) { return try readOwn(i) }
+        if mode == .writers, Self.isReadAhead(items[i]) {
+            claim(i)
+            return try readOwn(i)
+        }
         guard mode == .readers, let ready = ready[i] else { return (nil, items[i].source) }
         ready.wait()
         consumed[i] = true
@@ -201,7 +239,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
             BufferPool.shared.give(buffer, used: filled)
             throw error
         }
-        noteRead(from: before, to: blocksRead())
+        if noteRead(from: before, to: blocksRead()), claims != nil { startPreparing(from: i + 1) }
         held[i] = (buffer, filled)
         let bytes = UnsafeRawBufferPointer(rebasing: buffer.bytes[..<filled])
         return (ended ? bytes : nil, Self.giving(bytes, ended: ended, then: items[i].source))
@@ -226,10 +264,14 @@ public final class ReadAheadWindow: @unchecked Sendable {
 
     /// Notes sources read by this thread, with its count of blocks read
     /// from storage `before` and `after` them: any difference, or a count
-    /// the kernel did not give, says that they waited for storage.
-    private func noteRead(from before: Int?, to after: Int?) {
+    /// the kernel did not give, says that they waited for storage, and
+    /// returns true.
+    @discardableResult
+    private func noteRead(from before: Int?, to after: Int?) -> Bool {
         readAny.store(true, ordering: .relaxed)
-        if before == nil || after == nil || before != after { waitedForStorage.store(true, ordering: .relaxed) }
+        guard before == nil || after == nil || before != after else { return false }
+        waitedForStorage.store(true, ordering: .relaxed)
+        return true
     }
 
     /// Gives back object `i`'s space, once it is written or has failed;
@@ -299,6 +341,10 @@ public final class ReadAheadWindow: @unchecked Sendable {
         for case let own? in held { BufferPool.shared.give(own.buffer, used: own.used) }
         held.deinitialize()
         held.deallocate()
+        if let claims {
+            claims.deinitialize(count: items.count)
+            claims.deallocate()
+        }
         if readAny.load(ordering: .relaxed) {
             policy?.learn(sourcesWaitedForStorage: waitedForStorage.load(ordering: .relaxed))
         }
@@ -310,6 +356,85 @@ public final class ReadAheadWindow: @unchecked Sendable {
     func isStarted(for items: [PutBatchItem]) -> Bool {
         guard condition.withLock({ !stopped }) else { return false }
         return self.items.count == items.count && zip(self.items, items).allSatisfy { $0.path == $1.path }
+    }
+
+    // MARK: Sources prepared ahead of their writers
+
+    /// Who has an object's source, with ``Mode/writers``.
+    private enum Claim: UInt8 {
+        /// Nobody yet.
+        case free
+        /// The preparing thread, preparing it.
+        case preparing
+        /// Nobody; prepared.
+        case prepared
+        /// Its writer.
+        case taken
+    }
+
+    /// Takes object `i`'s source for its writer: waits while it is being
+    /// prepared, and counts it off the prepared ones if it was.
+    private func claim(_ i: Int) {
+        guard let claims else { return }
+        var state = claims[i].compareExchange(expected: Claim.free.rawValue, desired: Claim.taken.rawValue,
+                                              ordering: .acquiringAndReleasing).original
+        guard state != Claim.free.rawValue else { return }
+        // Preparing takes an open and a hint: moments, not worth a wait
+        // that another thread must signal.
+        while state == Claim.preparing.rawValue {
+            sched_yield()
+            state = claims[i].load(ordering: .acquiring)
+        }
+        claims[i].store(Claim.taken.rawValue, ordering: .relaxed)
+        // The preparing thread is woken once half its room is free, not
+        // for every source taken.
+        let left = ahead.subtract(1, ordering: .sequentiallyConsistent).newValue
+        if left == Self.preparedAhead / 2, preparerWaits.load(ordering: .sequentiallyConsistent) {
+            condition.withLock { condition.signal() }
+        }
+    }
+
+    /// Starts the thread that prepares the sources from object `start` on,
+    /// unless it was started already.
+    private func startPreparing(from start: Int) {
+        guard preparing.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
+        done.enter()
+        // Without it, each writer waits for its own reads.
+        if !startThread({ [self] in
+            prepare(from: start)
+            done.leave()
+        }) {
+            done.leave()
+        }
+    }
+
+    private func prepare(from start: Int) {
+        guard let claims else { return }
+        let before = blocksRead()
+        var preparedAny = false
+        defer {
+            // Pages asked for are read by this thread's requests: counted
+            // here, not by the writers that find them.
+            if preparedAny { noteRead(from: before, to: blocksRead()) }
+        }
+        for j in start..<items.count {
+            guard let prepare = items[j].prepare, Self.isReadAhead(items[j]) else { continue }
+            if ahead.load(ordering: .sequentiallyConsistent) >= Self.preparedAhead {
+                let stop: Bool = condition.withLock {
+                    preparerWaits.store(true, ordering: .sequentiallyConsistent)
+                    while !stopped, ahead.load(ordering: .sequentiallyConsistent) >= Self.preparedAhead { condition.wait() }
+                    preparerWaits.store(false, ordering: .sequentiallyConsistent)
+                    return stopped
+                }
+                if stop { return }
+            }
+            guard claims[j].compareExchange(expected: Claim.free.rawValue, desired: Claim.preparing.rawValue,
+                                            ordering: .acquiringAndReleasing).exchanged else { continue }
+            prepare()
+            preparedAny = true
+            ahead.add(1, ordering: .sequentiallyConsistent)
+            claims[j].store(Claim.prepared.rawValue, ordering: .releasing)
+        }
     }
 
     // MARK: Readers
@@ -407,7 +532,8 @@ public final class ReadAheadWindow: @unchecked Sendable {
 }
 
 /// Whether a store's batches read their small sources with readers of
-/// their own (``ReadAheadWindow``), learned from the last batch read.
+/// their own (``ReadAheadWindow``), or prepare them ahead of their
+/// writers from the first, learned from the last batch read.
 ///
 /// Readers pay where sources wait for the disk. Where the page cache holds
 /// them, each read takes microseconds, and handing every object from a
@@ -417,16 +543,19 @@ public final class ReadAheadWindow: @unchecked Sendable {
 /// in the page cache read by their writers"). So a batch whose
 /// sources read nothing from storage leaves the next batches' sources to
 /// their writers, and one whose sources did, or whose reads the kernel
-/// did not count, brings the readers back. Readers first: a store's first
-/// batch is read ahead.
+/// did not count, brings the readers back, or the preparing of sources
+/// that can be prepared. Readers first: a store's first batch is read
+/// ahead, or prepared.
 final class ReadAheadPolicy: Sendable {
-    private let readers = Atomic<Bool>(true)
+    private let waited = Atomic<Bool>(true)
 
-    /// Whether the next batch reads its sources with readers.
-    var usesReaders: Bool { readers.load(ordering: .relaxed) }
+    /// Whether the last batch's sources waited for storage: the next
+    /// batch's are read by readers, or, where they can be prepared,
+    /// prepared from the first.
+    var sourcesWaitForStorage: Bool { waited.load(ordering: .relaxed) }
 
     /// Learns from a batch that read some sources.
     func learn(sourcesWaitedForStorage: Bool) {
-        readers.store(sourcesWaitedForStorage, ordering: .relaxed)
+        waited.store(sourcesWaitedForStorage, ordering: .relaxed)
     }
 }

@@ -239,14 +239,20 @@ struct Put: ParsableCommand {
     /// The most objects with a data file in one batch.
     static let maxDataFilesPerBatch = 512
 
-    /// Objects with a data file per batch: up to ``maxDataFilesPerBatch``,
-    /// as far as the descriptor limit allows two batches at once (a staged
-    /// batch holds one per data file). The soft limit is raised towards
-    /// the hard one first, as many tools do.
-    static func dataFilesPerBatch() -> Int {
+    /// How `put -r` shares the descriptors it may hold: objects with a
+    /// data file per batch, up to ``maxDataFilesPerBatch``, as far as the
+    /// descriptor limit allows two batches at once (a staged batch holds
+    /// one per data file); and whether small files are prepared ahead of
+    /// their writers (``PutBatchItem/prepare``), which two batches do with
+    /// ``ReadAheadWindow/preparedAhead`` descriptors each, where the limit
+    /// leaves room for that and 64 data files a batch. The soft limit is
+    /// raised towards the hard one first, as many tools do.
+    static func descriptorBudget() -> (dataFilesPerBatch: Int, preparesSources: Bool) {
+        let prepared = 2 * ReadAheadWindow.preparedAhead
         // Leave room for the walk, the agent's socket and the source file.
-        let room = raiseDescriptorLimit(to: 2 * maxDataFilesPerBatch + 256) - 128
-        return max(1, min(maxDataFilesPerBatch, room / 2))
+        let room = raiseDescriptorLimit(to: 2 * maxDataFilesPerBatch + prepared + 256) - 128
+        let prepares = room >= prepared + 2 * 64
+        return (max(1, min(maxDataFilesPerBatch, (room - (prepares ? prepared : 0)) / 2)), prepares)
     }
 
     /// Stores a local tree. Small files go in batches, and batches are
@@ -275,7 +281,7 @@ struct Put: ParsableCommand {
                     changes: ChangedSources) throws -> (stored: Int, skipped: Int, unreadable: Int) {
         // "SRC/" names the same tree; warnings name SRC/NAME with one slash.
         let local = splitLocalPath(local).trimmed
-        let dataFileLimit = Self.dataFilesPerBatch()
+        let (dataFileLimit, preparesSources) = Self.descriptorBudget()
         var count = 0
         var skipped = 0
         var unreadable = 0
@@ -452,7 +458,8 @@ struct Put: ParsableCommand {
                     // Anything else is the batch's read to report.
                 }
                 let file = LocalFileSource(localPath, in: localTree, changes: changes)
-                pending.append(PutBatchItem(path: path, protection: self.class?.value, expectedLength: UInt64(st.st_size), source: file.read))
+                pending.append(PutBatchItem(path: path, protection: self.class?.value, expectedLength: UInt64(st.st_size), source: file.read,
+                                            prepare: preparesSources ? file.prepare : nil))
                 pendingBytes += UInt64(st.st_size)
                 if !store.isAlwaysInline(length: UInt64(st.st_size)) { pendingDataFiles += 1 }
                 if pending.count == Store.maxBatchCount || pendingDataFiles == dataFileLimit || pendingBytes >= Self.batchByteLimit {
@@ -803,6 +810,17 @@ final class LocalFileSource {
 
     deinit { if fd >= 0 { Foundation.close(fd) } }
 
+    /// Opens the file, if it was not, and asks the kernel to read its
+    /// pages, without waiting for them. A file that cannot be opened is
+    /// left to ``read(_:)`` to report.
+    func prepare() {
+        guard fd < 0, !finished, let (fd, status) = try? openSource(path, in: tree) else { return }
+        self.fd = fd
+        watch = SourceWatch(fd, opened: status)
+        // Only a hint: a kernel that ignores it leaves the read to wait.
+        _ = posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED)
+    }
+
     func read(_ buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         if finished { return 0 }
         if fd < 0 {
@@ -1058,7 +1076,7 @@ final class TreeExport: @unchecked Sendable {
     /// the descriptor limit allows two groups at once (the one committed
     /// and the next), with room to spare for the rest of the fetch (a few
     /// descriptors per core). The soft limit is raised towards the hard
-    /// one first, as ``Put/dataFilesPerBatch()`` does.
+    /// one first, as ``Put/descriptorBudget()`` does.
     static func directoriesPerCommit() -> Int {
         let wanted = 1024
         let spare = 128 + 4 * ProcessInfo.processInfo.activeProcessorCount

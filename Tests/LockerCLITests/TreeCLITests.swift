@@ -157,6 +157,49 @@ struct TreeCLITests {
         }
     }
 
+    /// Small files out of the page cache (dropped from it, as memory
+    /// pressure or proactive reclaim leaves them), prepared ahead of their
+    /// writers, are stored as they are, under a low open-file limit (the
+    /// lowest that still prepares files): the descriptor a prepared file
+    /// holds is the one its read uses and closes.
+    @Test func putOfFilesOutOfThePageCacheKeepsWithinTheDescriptorLimit() throws {
+        try withStoreFixture { f in
+            try f.initialize()
+            let local = f.root + "/cold"
+            var files: [String: Data] = [:]
+            // One file in three has a data file of its own (over the
+            // inline limit, incompressible): batches of as many data files
+            // as the limit allows, and small files between them.
+            for i in 0..<1200 {
+                files["s\(i % 3)/f\(i)"] = i % 3 == 0 ? pseudoRandomBytes(60_000, seed: UInt64(i))
+                    : sampleBytes("cold-\(i)", size: 1 + (i * 977) % 16_000)
+            }
+            for (path, data) in files {
+                let full = local + "/" + path
+                try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                #expect(FileManager.default.createFile(atPath: full, contents: data))
+            }
+            sync()
+            for path in files.keys {
+                let fd = open(local + "/" + path, O_RDONLY)
+                try #require(fd >= 0)
+                _ = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)
+                close(fd)
+            }
+            try #require(try StoreCLITests.bytesInPageCache(local + "/s1/f1") == 0, "the file system kept a dropped file in memory")
+            // Soft and hard limit both: 272 descriptors beyond the 128 left
+            // for the rest, 128 of them for prepared files
+            // (`Put.descriptorBudget()`).
+            let put = try f.runProgram("/bin/sh", ["-c", "ulimit -n 400 && exec \"$0\" \"$@\"", CLIFixture.lockerPath,
+                                                   "put", "-r", local, "/c"], timeout: 120)
+            #expect(put.status == 0, "\(put)")
+            #expect(put.stdout.contains("Stored 1200 objects under /c."), "\(put)")
+            try f.ok(["get", "-r", "/c", f.root + "/back"])
+            for (path, data) in files { #expect(FileManager.default.contents(atPath: f.root + "/back/" + path) == data, "\(path)") }
+            #expect(try f.ok(["verify"]).status == 0)
+        }
+    }
+
     /// A fetch into a one-character name relative to the working
     /// directory works (a single object, and a tree); a new DEST named "."
     /// or ".." below a missing directory, or an empty DEST, is refused

@@ -334,7 +334,7 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: root) }
         let store = try makeStore()
         try store.makeDirectory(StorePath("/b"))
-        #expect(store.readAheadPolicy.usesReaders)
+        #expect(store.readAheadPolicy.sourcesWaitForStorage)
         for batch in 0..<2 {
             let cases = (0..<40).map { i -> (name: String, data: [UInt8], expected: UInt64) in
                 let data = bytes(i == 7 ? 70_000 : i * 613 % 16_000, seed: UInt8(batch * 40 + i))
@@ -346,7 +346,7 @@ import Testing
                 PutBatchItem(path: try! StorePath("/b/" + $0.name), expectedLength: $0.expected, source: Self.source($0.data))
             })
             // Sources in memory read nothing from storage.
-            #expect(!store.readAheadPolicy.usesReaders, "batch \(batch)")
+            #expect(!store.readAheadPolicy.sourcesWaitForStorage, "batch \(batch)")
             for item in cases { #expect(try get(store, "/b/" + item.name) == item.data, "\(item.name)") }
         }
         #expect(try store.verify(readData: true).isClean)

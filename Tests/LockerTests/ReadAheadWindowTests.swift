@@ -261,36 +261,133 @@ struct ReadAheadWindowTests {
             return DetachedThread.start(body)
         }
         let policy = ReadAheadPolicy()
-        #expect(policy.usesReaders)
+        #expect(policy.sourcesWaitForStorage)
 
         // Read by readers, all from the page cache: writers next.
         try Self.drain(ReadAheadWindow(try Self.sources([10, 20, 30], counter: counter), enabled: true, policy: policy,
                                        startThread: start, blocksRead: blocks), 3)
         #expect(started.withLock { $0 } == 3)
-        #expect(!policy.usesReaders)
+        #expect(!policy.sourcesWaitForStorage)
 
         // Read by the writers, one source from storage: readers next.
         try Self.drain(ReadAheadWindow(try Self.sources([10, 20, 30], fromStorage: 1, counter: counter), enabled: true,
                                        policy: policy, startThread: start, blocksRead: blocks), 3)
         #expect(started.withLock { $0 } == 3, "no reader for a batch its writers read")
-        #expect(policy.usesReaders)
+        #expect(policy.sourcesWaitForStorage)
 
         // Read by readers, from the page cache, then by the writers, and
         // every source still in order.
         try Self.drain(ReadAheadWindow(try Self.sources([5, 6], counter: counter), enabled: true, policy: policy,
                                        startThread: start, blocksRead: blocks), 2)
         #expect(started.withLock { $0 } == 5)
-        #expect(!policy.usesReaders)
+        #expect(!policy.sourcesWaitForStorage)
 
         // Nothing to read (no source small enough): nothing learned.
         try Self.drain(ReadAheadWindow(try Self.sources([100_000, 100_000], fromStorage: 0, counter: counter), enabled: true,
                                        policy: policy, startThread: start, blocksRead: blocks), 2)
-        #expect(!policy.usesReaders)
+        #expect(!policy.sourcesWaitForStorage)
 
         // The kernel does not say: readers, as where sources wait.
         try Self.drain(ReadAheadWindow(try Self.sources([10, 20], counter: counter), enabled: true, policy: policy,
                                        startThread: start, blocksRead: { nil }), 2)
-        #expect(policy.usesReaders)
+        #expect(policy.sourcesWaitForStorage)
+    }
+
+    /// Sources that can be prepared are read by their writers, with no
+    /// reader, whatever the policy says. Once a writer's read waits for
+    /// storage, one thread prepares the sources after it (never one
+    /// before it, or one its writer has begun to read, and each once), at
+    /// most ``ReadAheadWindow/preparedAhead`` ahead of the writers. Where
+    /// the last batch waited, it prepares from the first; where nothing
+    /// waits, it never starts.
+    @Test func sourcesAfterOneThatWaitedArePreparedAheadOfTheirWriters() throws {
+        final class Ledger: @unchecked Sendable {
+            let lock = NSLock()
+            var prepared: [Int] = []
+            var taken: Set<Int> = []
+            var readStarted: Set<Int> = []
+            var mostAhead = 0
+            var misuse: [String] = []
+        }
+        let counter = BlockCount()
+        let started = Mutex(0)
+        func window(_ count: Int, policy: ReadAheadPolicy, fromStorage: Int?, ledger: Ledger) throws -> (ReadAheadWindow, [[UInt8]]) {
+            let data = (0..<count).map { i in (0..<(100 + i * 37 % 900)).map { UInt8(truncatingIfNeeded: $0 &* 3 &+ i) } }
+            let items = try data.enumerated().map { i, bytes in
+                let give = Self.giving(bytes)
+                return PutBatchItem(path: try StorePath("/p\(i)"), expectedLength: UInt64(bytes.count), source: { buffer in
+                    ledger.lock.withLock { _ = ledger.readStarted.insert(i) }
+                    if i == fromStorage { counter.add(8) }
+                    return try give(buffer)
+                }, prepare: {
+                    ledger.lock.withLock {
+                        if ledger.readStarted.contains(i) { ledger.misuse.append("\(i) prepared after its read began") }
+                        if ledger.prepared.contains(i) { ledger.misuse.append("\(i) prepared twice") }
+                        ledger.prepared.append(i)
+                        let ahead = ledger.prepared.count - ledger.prepared.filter { ledger.taken.contains($0) }.count
+                        ledger.mostAhead = max(ledger.mostAhead, ahead)
+                    }
+                })
+            }
+            let made = ReadAheadWindow(items, enabled: true, policy: policy, startThread: { body in
+                started.withLock { $0 += 1 }
+                return DetachedThread.start(body)
+            }, blocksRead: { counter.value })
+            return (made, data)
+        }
+        /// Takes every object in order, as a writer; before each of
+        /// `pauses`, waits until the preparing thread prepares no more.
+        func drain(_ window: ReadAheadWindow, _ data: [[UInt8]], ledger: Ledger, pauses: Set<Int> = []) throws {
+            defer { window.stop() }
+            for i in data.indices {
+                if pauses.contains(i) {
+                    var last = -1
+                    for _ in 0..<200 {
+                        let now = ledger.lock.withLock { ledger.prepared.count }
+                        if now == last { break }
+                        last = now
+                        Thread.sleep(forTimeInterval: 0.02)
+                    }
+                }
+                ledger.lock.withLock { _ = ledger.taken.insert(i) }
+                let taken = try window.take(i)
+                #expect(taken.whole.map { Array($0) } == data[i], "object \(i)")
+                window.release(i)
+            }
+        }
+
+        // The last batch read nothing from storage; the read of source 10
+        // waits for it.
+        let policy = ReadAheadPolicy()
+        policy.learn(sourcesWaitedForStorage: false)
+        let ledger = Ledger()
+        let (first, data) = try window(300, policy: policy, fromStorage: 10, ledger: ledger)
+        // Paused before 11, the writer finds 64 prepared; 40 sources
+        // later, 24 are left, and more must have been prepared.
+        try drain(first, data, ledger: ledger, pauses: [11, 11 + 40])
+        #expect(ledger.misuse.isEmpty, "\(ledger.misuse)")
+        #expect(started.withLock { $0 } == 1, "one thread, to prepare; no reader")
+        #expect(ledger.prepared.min() == 11, "prepared from the source after the one that waited")
+        #expect(ledger.prepared == ledger.prepared.sorted())
+        #expect(ledger.mostAhead == ReadAheadWindow.preparedAhead, "prepared as far ahead as allowed, and no further")
+        #expect(ledger.prepared.count > ReadAheadWindow.preparedAhead, "prepared on as the writer took them")
+        #expect(policy.sourcesWaitForStorage)
+
+        // The last batch waited: prepared from the first source.
+        let again = Ledger()
+        let (second, data2) = try window(40, policy: policy, fromStorage: nil, ledger: again)
+        try drain(second, data2, ledger: again, pauses: [0])
+        #expect(again.misuse.isEmpty, "\(again.misuse)")
+        #expect(started.withLock { $0 } == 2)
+        #expect(again.prepared == Array(0..<40))
+        #expect(!policy.sourcesWaitForStorage, "nothing waited in this batch")
+
+        // Nothing waits: nothing is prepared, and no thread starts.
+        let none = Ledger()
+        let (third, data3) = try window(40, policy: policy, fromStorage: nil, ledger: none)
+        try drain(third, data3, ledger: none)
+        #expect(none.prepared.isEmpty)
+        #expect(started.withLock { $0 } == 2)
     }
 
     /// A source that fails while its writer reads it gives that error from
