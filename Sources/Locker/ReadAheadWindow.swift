@@ -380,9 +380,13 @@ public final class ReadAheadWindow: @unchecked Sendable {
                                               ordering: .acquiringAndReleasing).original
         guard state != Claim.free.rawValue else { return }
         // Preparing takes an open and a hint: moments, not worth a wait
-        // that another thread must signal.
+        // that another thread must signal. The hint may wait for room in
+        // the disk's queue, though: past a few turns, the writer sleeps
+        // between looks rather than spin a core.
+        var turns = 0
         while state == Claim.preparing.rawValue {
-            sched_yield()
+            if turns < 64 { sched_yield() } else { usleep(50) }
+            turns += 1
             state = claims[i].load(ordering: .acquiring)
         }
         claims[i].store(Claim.taken.rawValue, ordering: .relaxed)
