@@ -95,6 +95,8 @@ public final class ReadAheadWindow: @unchecked Sendable {
     private let ahead = Atomic<Int>(0)
     /// Whether the preparing thread waits for the writers to take some.
     private let preparerWaits = Atomic<Bool>(false)
+    /// Set by ``stop()``: the preparing thread prepares no more.
+    private let stopping = Atomic<Bool>(false)
     /// The indices of the items read ahead, in order.
     private let order: [Int]
     private let window: SensitiveBuffer?
@@ -325,6 +327,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
     /// no longer written. A window not handed to a batch must be stopped;
     /// a batch stops the window it is given. Stopping again does nothing.
     public func stop() {
+        stopping.store(true, ordering: .relaxed)
         condition.lock()
         stopped = true
         condition.broadcast()
@@ -422,6 +425,9 @@ public final class ReadAheadWindow: @unchecked Sendable {
             if preparedAny { noteRead(from: before, to: blocksRead()) }
         }
         for j in start..<items.count {
+            // A batch that ended early (it failed before its writers took
+            // these) needs none of them opened.
+            if stopping.load(ordering: .relaxed) { return }
             guard let prepare = items[j].prepare, Self.isReadAhead(items[j]) else { continue }
             if ahead.load(ordering: .sequentiallyConsistent) >= Self.preparedAhead {
                 let stop: Bool = condition.withLock {

@@ -335,19 +335,18 @@ struct ReadAheadWindowTests {
             }, blocksRead: { counter.value })
             return (made, data)
         }
-        /// Takes every object in order, as a writer; before each of
-        /// `pauses`, waits until the preparing thread prepares no more.
-        func drain(_ window: ReadAheadWindow, _ data: [[UInt8]], ledger: Ledger, pauses: Set<Int> = []) throws {
+        /// Takes every object in order, as a writer; before object `i` of
+        /// `pauses`, waits (10 s at most) until `pauses[i]` sources are
+        /// prepared, then 50 ms more for any beyond them.
+        func drain(_ window: ReadAheadWindow, _ data: [[UInt8]], ledger: Ledger, pauses: [Int: Int] = [:]) throws {
             defer { window.stop() }
             for i in data.indices {
-                if pauses.contains(i) {
-                    var last = -1
-                    for _ in 0..<200 {
-                        let now = ledger.lock.withLock { ledger.prepared.count }
-                        if now == last { break }
-                        last = now
-                        Thread.sleep(forTimeInterval: 0.02)
+                if let expected = pauses[i] {
+                    let deadline = Date().addingTimeInterval(10)
+                    while ledger.lock.withLock({ ledger.prepared.count }) < expected, Date() < deadline {
+                        Thread.sleep(forTimeInterval: 0.005)
                     }
+                    Thread.sleep(forTimeInterval: 0.05)
                 }
                 ledger.lock.withLock { _ = ledger.taken.insert(i) }
                 let taken = try window.take(i)
@@ -362,21 +361,23 @@ struct ReadAheadWindowTests {
         policy.learn(sourcesWaitedForStorage: false)
         let ledger = Ledger()
         let (first, data) = try window(300, policy: policy, fromStorage: 10, ledger: ledger)
-        // Paused before 11, the writer finds 64 prepared; 40 sources
-        // later, 24 are left, and more must have been prepared.
-        try drain(first, data, ledger: ledger, pauses: [11, 11 + 40])
+        // Paused before 11, the writer finds 64 prepared (11 to 74); 40
+        // sources later, 24 are left, and the preparing thread, woken
+        // when 32 were, has prepared 32 more at least (up to 64 ahead of
+        // the writer as it was then: it waits for 32 to be left again).
+        try drain(first, data, ledger: ledger, pauses: [11: 64, 11 + 40: 64 + 32])
         #expect(ledger.misuse.isEmpty, "\(ledger.misuse)")
         #expect(started.withLock { $0 } == 1, "one thread, to prepare; no reader")
         #expect(ledger.prepared.min() == 11, "prepared from the source after the one that waited")
         #expect(ledger.prepared == ledger.prepared.sorted())
         #expect(ledger.mostAhead == ReadAheadWindow.preparedAhead, "prepared as far ahead as allowed, and no further")
-        #expect(ledger.prepared.count > ReadAheadWindow.preparedAhead, "prepared on as the writer took them")
+        #expect(ledger.prepared.count >= 64 + 32, "prepared on as the writer took them")
         #expect(policy.sourcesWaitForStorage)
 
         // The last batch waited: prepared from the first source.
         let again = Ledger()
         let (second, data2) = try window(40, policy: policy, fromStorage: nil, ledger: again)
-        try drain(second, data2, ledger: again, pauses: [0])
+        try drain(second, data2, ledger: again, pauses: [0: 40])
         #expect(again.misuse.isEmpty, "\(again.misuse)")
         #expect(started.withLock { $0 } == 2)
         #expect(again.prepared == Array(0..<40))
@@ -388,6 +389,39 @@ struct ReadAheadWindowTests {
         try drain(third, data3, ledger: none)
         #expect(none.prepared.isEmpty)
         #expect(started.withLock { $0 } == 2)
+    }
+
+    /// A window stopped before its writers took anything (its batch failed
+    /// first) prepares no more sources once stopped: the one being
+    /// prepared ends, and no other is opened.
+    @Test func aStoppedWindowPreparesNoMore() throws {
+        let policy = ReadAheadPolicy()   // waited, as at first: prepared from the first source
+        let entered = DispatchSemaphore(value: 0)
+        let proceed = DispatchSemaphore(value: 0)
+        let prepared = Mutex(0)
+        let items = try (0..<40).map { i in
+            PutBatchItem(path: try StorePath("/p\(i)"), expectedLength: 10, source: Self.giving([UInt8](repeating: 1, count: 10)),
+                         prepare: {
+                             let count = prepared.withLock { $0 += 1; return $0 }
+                             if count == 1 {
+                                 entered.signal()
+                                 proceed.wait()
+                             }
+                         })
+        }
+        let window = ReadAheadWindow(items, enabled: true, policy: policy)
+        #expect(entered.wait(timeout: .now() + 10) == .success, "the first source was never prepared")
+        let stopped = DispatchSemaphore(value: 0)
+        Thread {
+            window.stop()
+            stopped.signal()
+        }.start()
+        // stop() waits for the preparing thread, which is still inside
+        // the first source's preparing.
+        #expect(stopped.wait(timeout: .now() + 0.2) == .timedOut)
+        proceed.signal()
+        #expect(stopped.wait(timeout: .now() + 10) == .success)
+        #expect(prepared.withLock { $0 } == 1)
     }
 
     /// A source that fails while its writer reads it gives that error from
