@@ -161,7 +161,9 @@ struct TreeCLITests {
     /// pressure or proactive reclaim leaves them), prepared ahead of their
     /// writers, are stored as they are, under a low open-file limit (the
     /// lowest that still prepares files): the descriptor a prepared file
-    /// holds is the one its read uses and closes.
+    /// holds is the one its read uses and closes. Stored as a new tree
+    /// (its small files one batch, its larger ones after it), then again
+    /// over it (batches of small files and data files together).
     @Test func putOfFilesOutOfThePageCacheKeepsWithinTheDescriptorLimit() throws {
         try withStoreFixture { f in
             try f.initialize()
@@ -180,22 +182,26 @@ struct TreeCLITests {
                 #expect(FileManager.default.createFile(atPath: full, contents: data))
             }
             sync()
-            for path in files.keys {
-                let fd = open(local + "/" + path, O_RDONLY)
-                try #require(fd >= 0)
-                _ = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)
-                close(fd)
+            for round in ["new", "over"] {
+                for path in files.keys {
+                    let fd = open(local + "/" + path, O_RDONLY)
+                    try #require(fd >= 0)
+                    _ = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)
+                    close(fd)
+                }
+                try #require(try StoreCLITests.bytesInPageCache(local + "/s1/f1") == 0, "the file system kept a dropped file in memory")
+                // Soft and hard limit both: 272 descriptors beyond the 128
+                // left for the rest, 128 of them for prepared files
+                // (`Put.descriptorBudget()`).
+                let put = try f.runProgram("/bin/sh", ["-c", "ulimit -n 400 && exec \"$0\" \"$@\"", CLIFixture.lockerPath,
+                                                       "put", "-r", local, "/c"], timeout: 120)
+                #expect(put.status == 0, "\(round): \(put)")
+                #expect(put.stdout.contains("Stored 1200 objects under /c."), "\(round): \(put)")
+                try f.ok(["get", "-r", "/c", f.root + "/back-" + round])
+                for (path, data) in files {
+                    #expect(FileManager.default.contents(atPath: f.root + "/back-\(round)/" + path) == data, "\(round): \(path)")
+                }
             }
-            try #require(try StoreCLITests.bytesInPageCache(local + "/s1/f1") == 0, "the file system kept a dropped file in memory")
-            // Soft and hard limit both: 272 descriptors beyond the 128 left
-            // for the rest, 128 of them for prepared files
-            // (`Put.descriptorBudget()`).
-            let put = try f.runProgram("/bin/sh", ["-c", "ulimit -n 400 && exec \"$0\" \"$@\"", CLIFixture.lockerPath,
-                                                   "put", "-r", local, "/c"], timeout: 120)
-            #expect(put.status == 0, "\(put)")
-            #expect(put.stdout.contains("Stored 1200 objects under /c."), "\(put)")
-            try f.ok(["get", "-r", "/c", f.root + "/back"])
-            for (path, data) in files { #expect(FileManager.default.contents(atPath: f.root + "/back/" + path) == data, "\(path)") }
             #expect(try f.ok(["verify"]).status == 0)
         }
     }
