@@ -253,13 +253,17 @@ rm -f "$work/dd.test"
 med() { python3 "$py" median "$@"; }
 rss_of() { local r=() k; for k in 1 2 3 4 5; do r+=("$(/usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1)"); done; med "${r[@]}"; }
 # rss_of_swift KEY [SWIFTC OPTION...]: builds the Swift program on stdin as
-# Tools/build-release.sh links Locker (`-static-stdlib`) and records its
-# peak RSS under KEY; nothing where there is no `swiftc` or it fails.
+# Tools/build-release.sh links Locker (`-static-stdlib`, relocations packed
+# by GNU ld where it can) and records its peak RSS under KEY; nothing where
+# there is no `swiftc` or it fails.
 rss_of_swift() {
   local key=$1
   shift
   cat > "$work/floor.swift"
-  if command -v swiftc >/dev/null && swiftc -O -static-stdlib "$@" "$work/floor.swift" -o "$work/floor" >/dev/null 2>&1; then
+  if command -v swiftc >/dev/null \
+    && { swiftc -O -static-stdlib -use-ld=bfd -Xlinker -z -Xlinker pack-relative-relocs "$@" "$work/floor.swift" -o "$work/floor" >/dev/null 2>&1 \
+           && "$work/floor" >/dev/null 2>&1 \
+         || swiftc -O -static-stdlib "$@" "$work/floor.swift" -o "$work/floor" >/dev/null 2>&1; }; then
     put_kv "$key" "$(rss_of "$work/floor")"
   fi
   rm -f "$work/floor.swift" "$work/floor"
