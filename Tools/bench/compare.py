@@ -245,7 +245,7 @@ def report(results, kvpath):
     if "rss_c" in kv:
         P("| peak RSS of a C program that does nothing (`true`) | %.1f MiB |" % (float(kv["rss_c"].split()[0]) / 1024))
     if "rss_swift" in kv:
-        P("| peak RSS of a Swift program that prints one line, built here with `swiftc -O -static-stdlib` (runtime and Foundation linked in) | %.1f MiB |"
+        P("| peak RSS of a Swift program that prints one line, built here with `swiftc -O -static-stdlib` (runtime and Foundation linked in; relocations packed where GNU ld can, as Locker's) | %.1f MiB |"
           % (float(kv["rss_swift"].split()[0]) / 1024))
     if "rss_swift_crypto" in kv:
         P("| peak RSS of a Swift program that seals one 64 KiB block with AES-256-GCM through libcrypto, built the same way without Foundation | %.1f MiB |"
