@@ -9,6 +9,7 @@ packages=(
   lz4          # the reference lz4 tool, for the interoperability test
   pkg-config   # how SwiftPM finds the two libraries
   libc6-dev    # glibc's headers, for the C shims (a Swift toolchain needs it too)
+  binutils     # GNU ld (ld.bfd), which Tools/build-release.sh links with (a Swift toolchain needs it too)
   # Tools/decrypt.py, the independent decryptor IndependentDecryptorTests
   # runs: Python 3 with the cryptography and lz4 modules.
   python3
