@@ -14,8 +14,9 @@ internal import Synchronization
 /// this batch, or the last), by one thread of the window's own: it opens
 /// each and asks the kernel for its pages, at most ``preparedAhead``
 /// sources ahead of the writers, so that the disk has many reads in
-/// flight and the writers find their sources in the page cache; with all
-/// of them there, no thread, hand-off or window at all.
+/// flight and the writers find their sources in the page cache. Once a
+/// batch finds all of them there, the next starts no thread and has no
+/// hand-off or window at all.
 ///
 /// Files not in the page cache are read at the disk's pace, and several
 /// reads in flight keep it busy (measured: 20,000 files of 1–16 KiB read
@@ -95,7 +96,8 @@ public final class ReadAheadWindow: @unchecked Sendable {
     private let ahead = Atomic<Int>(0)
     /// Whether the preparing thread waits for the writers to take some.
     private let preparerWaits = Atomic<Bool>(false)
-    /// Set by ``stop()``: the preparing thread prepares no more.
+    /// Set by ``stop()``: the preparing thread prepares no more. (What
+    /// `stopped` says, read without taking the lock for every source.)
     private let stopping = Atomic<Bool>(false)
     /// The indices of the items read ahead, in order.
     private let order: [Int]

@@ -810,24 +810,27 @@ final class LocalFileSource {
 
     deinit { if fd >= 0 { Foundation.close(fd) } }
 
+    /// Opens the file and starts watching it for changes, unless it is
+    /// open already.
+    private func open() throws {
+        guard fd < 0 else { return }
+        let status: FileStatus?
+        (fd, status) = try openSource(path, in: tree)
+        watch = SourceWatch(fd, opened: status)
+    }
+
     /// Opens the file, if it was not, and asks the kernel to read its
     /// pages, without waiting for them. A file that cannot be opened is
     /// left to ``read(_:)`` to report.
     func prepare() {
-        guard fd < 0, !finished, let (fd, status) = try? openSource(path, in: tree) else { return }
-        self.fd = fd
-        watch = SourceWatch(fd, opened: status)
+        guard !finished, (try? open()) != nil else { return }
         // Only a hint: a kernel that ignores it leaves the read to wait.
         _ = posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED)
     }
 
     func read(_ buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         if finished { return 0 }
-        if fd < 0 {
-            let status: FileStatus?
-            (fd, status) = try openSource(path, in: tree)
-            watch = SourceWatch(fd, opened: status)
-        }
+        try open()
         let n = try readSource(fd)(buffer)
         if n == 0 {
             if watch?.changed() == true { changes.add(path) }
