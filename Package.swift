@@ -15,6 +15,7 @@ let package = Package(
     products: [
         .library(name: "LockerCrypto", targets: ["LockerCrypto"]),
         .library(name: "LockerFormat", targets: ["LockerFormat"]),
+        .library(name: "LockerStore", targets: ["LockerStore"]),
         .library(name: "Locker", targets: ["Locker"]),
         .executable(name: "locker", targets: ["locker"]),
         .executable(name: "locker-agent", targets: ["locker-agent"]),
@@ -39,9 +40,13 @@ let package = Package(
         .target(name: "LockerIO", dependencies: ["CLockerSupport"]),
         // The simulated device: keybag, passcode policy, state machine.
         .target(name: "LockerDevice", dependencies: ["LockerCrypto", "LockerFormat", "LockerIO"]),
-        // The store: namespace, objects, chunk pipeline; the module apps
-        // import.
-        .target(name: "Locker", dependencies: ["LockerCrypto", "LockerFormat", "LockerIO", "LockerDevice"]),
+        // The store: namespace, objects, chunk pipeline. Uses
+        // FoundationEssentials only, never the whole of Foundation.
+        .target(name: "LockerStore", dependencies: ["LockerCrypto", "LockerFormat", "LockerIO", "LockerDevice"]),
+        // The module apps import: the store under Foundation's names
+        // (`FileManager`-style calls, `FileProtectionType`), which need the
+        // whole of Foundation. The command line does not link it.
+        .target(name: "Locker", dependencies: ["LockerStore", "LockerFormat", "LockerDevice"]),
         // The agent: holds a booted device for the CLI, over a Unix socket.
         .target(
             name: "LockerAgent",
@@ -58,7 +63,7 @@ let package = Package(
         .executableTarget(
             name: "locker",
             dependencies: [
-                "LockerCrypto", "LockerFormat", "LockerIO", "LockerDevice", "LockerAgent", "Locker",
+                "LockerCrypto", "LockerFormat", "LockerIO", "LockerDevice", "LockerAgent", "LockerStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -66,7 +71,7 @@ let package = Package(
         // Measures the chunk pipeline at each chunk size.
         .executableTarget(
             name: "chunk-bench",
-            dependencies: ["Locker", "LockerDevice", "LockerFormat", "LockerCrypto"],
+            dependencies: ["LockerStore", "LockerDevice", "LockerFormat", "LockerCrypto"],
             path: "Tools/chunk-bench"
         ),
 
@@ -74,7 +79,7 @@ let package = Package(
         // (Tests/LockerCLITests/DamageCorpus/README.md).
         .executableTarget(
             name: "corpus-gen",
-            dependencies: ["Locker", "LockerDevice", "LockerFormat", "LockerCrypto"],
+            dependencies: ["LockerStore", "LockerDevice", "LockerFormat", "LockerCrypto"],
             path: "Tools/corpus-gen"
         ),
 
@@ -103,7 +108,7 @@ let package = Package(
         ),
         .testTarget(
             name: "LockerTests",
-            dependencies: ["Locker", "LockerDevice", "LockerFormat", "LockerCrypto", "LockerIO", "CLockerSupport"]
+            dependencies: ["Locker", "LockerStore", "LockerDevice", "LockerFormat", "LockerCrypto", "LockerIO", "CLockerSupport"]
         ),
         .testTarget(
             name: "LockerDeviceTests",
@@ -128,7 +133,7 @@ let package = Package(
             name: "LockerCLITests",
             dependencies: [
                 .target(name: "locker"), .target(name: "locker-agent"),
-                "Locker", "LockerAgent", "LockerDevice", "LockerFormat", "LockerCrypto",
+                "LockerStore", "LockerAgent", "LockerDevice", "LockerFormat", "LockerCrypto",
             ],
             exclude: ["DamageCorpus"]
         ),

@@ -1,4 +1,4 @@
-public import Foundation
+public import FoundationEssentials
 public import LockerFormat
 
 // Foundation's Data Protection vocabulary, mapped onto Locker's classes.

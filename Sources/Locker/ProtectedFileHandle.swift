@@ -1,4 +1,4 @@
-public import Foundation
+public import FoundationEssentials
 public import LockerFormat
 internal import LockerDevice
 internal import Synchronization
@@ -187,7 +187,7 @@ public final class ProtectedFileHandle: Sendable {
     private func checkVersion() throws {
         let header: ObjectHeader
         do {
-            header = try store.object(at: path).header
+            header = try store.objectHeader(at: path)
         } catch StoreError.notFound, StoreError.isADirectory, StoreError.notADirectory {
             throw ProtectedFileError.itemChanged(path.description)
         }

@@ -1,3 +1,4 @@
+@_exported public import LockerStore
 public import Foundation
 public import LockerDevice
 internal import LockerFormat
@@ -51,7 +52,7 @@ extension Store {
         let path = try StorePath(path)
         guard !path.isRoot else { throw StoreError.isADirectory("/") }
         // Data.write does not create directories: check the parent first.
-        _ = try directory(at: path.parent)
+        try requireDirectory(path.parent)
         return try data.withUnsafeBytes { bytes in
             var offset = 0
             return try put(path, protection: cls, keepOpen: keepOpen) { buffer in
@@ -222,11 +223,6 @@ extension Store {
         (try? keys.status().isProtectedDataAvailable) ?? false
     }
 
-    /// The in-process device, when the store runs in embedded mode (see
-    /// ``Store/embedded(storeDirectory:deviceDirectory:passcode:options:storeOptions:clock:)``);
-    /// `nil` behind the agent.
-    public var device: Device? { keys as? Device }
-
     /// The device's protection events from now on, named as iOS's
     /// notifications (`protectedDataWillBecomeUnavailable` when a lock
     /// begins, `protectedDataDidBecomeAvailable` on unlock), until the
@@ -247,13 +243,6 @@ extension Store {
             throw ProtectedFileError.unsupportedAttribute(key)
         }
         return try attributes[.protectionKey].map(ProtectionClass.fromAttribute)
-    }
-
-    /// What is at `path`, without reading a header or needing any key but
-    /// the metadata key.
-    func itemKind(_ path: StorePath) throws -> Kind {
-        if path.isRoot { return .directory }
-        return try kind(of: try entryPath(path.name, in: try directory(at: path.parent)))
     }
 
     static func date(_ nanoseconds: Int64) -> Date {

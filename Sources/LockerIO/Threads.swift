@@ -3,10 +3,12 @@ internal import Glibc
 #endif
 internal import CLockerSupport
 
-// The device and agent layers start threads and guard shared fields with
-// these rather than with Foundation's `Thread` and `NSLock`, so that the
-// agent's executable links no Foundation: a process that holds keys for
-// hours should map as little code as it can.
+// Every layer starts threads, guards shared fields and waits on conditions
+// with these rather than with Foundation's `Thread`, `NSLock` and
+// `NSCondition`, so that no executable links Foundation beyond
+// FoundationEssentials: that part of Foundation brings ICU and
+// CoreFoundation with it, megabytes of code that every `locker` call and
+// the agent, which holds keys for hours, would otherwise map.
 
 /// A non-recursive mutual-exclusion lock around a body of code, for state
 /// spread over several fields that a `Mutex` cannot hold as one value.
@@ -31,6 +33,77 @@ public final class Lock: @unchecked Sendable {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body()
+    }
+}
+
+/// A lock with a condition to wait on, as `NSCondition`: ``wait()`` and
+/// ``wait(untilUptime:)`` let go of the lock while they wait and hold it
+/// again when they return, so each must be called with the lock held.
+/// Waits may end without a signal; callers wait in a loop on their own
+/// predicate.
+public final class Condition: @unchecked Sendable {
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private let condition: UnsafeMutablePointer<pthread_cond_t>
+
+    public init() {
+        mutex = .allocate(capacity: 1)
+        mutex.initialize(to: pthread_mutex_t())
+        pthread_mutex_init(mutex, nil)
+        condition = .allocate(capacity: 1)
+        condition.initialize(to: pthread_cond_t())
+        // Deadlines are read on the monotonic clock, so that a change of
+        // the wall clock neither cuts a wait short nor stretches it.
+        var attributes = pthread_condattr_t()
+        pthread_condattr_init(&attributes)
+        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+        pthread_cond_init(condition, &attributes)
+        pthread_condattr_destroy(&attributes)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        condition.deinitialize(count: 1)
+        condition.deallocate()
+        pthread_mutex_destroy(mutex)
+        mutex.deinitialize(count: 1)
+        mutex.deallocate()
+    }
+
+    public func lock() { pthread_mutex_lock(mutex) }
+
+    public func unlock() { pthread_mutex_unlock(mutex) }
+
+    /// Runs `body` with the lock held. Calling it again from inside
+    /// `body` deadlocks.
+    public func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body()
+    }
+
+    /// Waits for a signal or a broadcast. The lock must be held.
+    public func wait() { pthread_cond_wait(condition, mutex) }
+
+    /// Waits for a signal or a broadcast until `deadline`, in seconds of
+    /// ``Condition/uptime()``. The lock must be held. Returns false if the
+    /// deadline passed first.
+    public func wait(untilUptime deadline: Double) -> Bool {
+        let seconds = deadline.rounded(.down)
+        var time = timespec(tv_sec: Int(seconds), tv_nsec: Int((deadline - seconds) * 1e9))
+        return pthread_cond_timedwait(condition, mutex, &time) != ETIMEDOUT
+    }
+
+    /// Wakes one waiting thread, if any.
+    public func signal() { pthread_cond_signal(condition) }
+
+    /// Wakes every waiting thread.
+    public func broadcast() { pthread_cond_broadcast(condition) }
+
+    /// Seconds on the monotonic clock that ``wait(untilUptime:)`` reads.
+    public static func uptime() -> Double {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
     }
 }
 

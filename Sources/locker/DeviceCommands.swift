@@ -1,6 +1,7 @@
 import ArgumentParser
-import Foundation
-import Locker
+import FoundationEssentials
+import Glibc
+import LockerStore
 import LockerAgent
 import LockerCrypto
 import LockerDevice
@@ -95,7 +96,7 @@ struct Init: ParsableCommand {
             var current = path
             while current != "/", try fileSystem.status(current) == nil {
                 made = current
-                current = (current as NSString).deletingLastPathComponent
+                current = LocalPath.parent(of: current)
             }
             return made
         }
@@ -192,11 +193,11 @@ struct Init: ParsableCommand {
     /// (one of them, or `path` itself), each only while it is empty.
     static func removeEmptyDirectories(above path: String, upTo outermost: String, fileSystem: FileSystem) {
         guard path != outermost else { return }
-        var current = (path as NSString).deletingLastPathComponent
+        var current = LocalPath.parent(of: path)
         while current.count >= outermost.count, current != "/" {
             guard (try? fileSystem.removeDirectory(current)) != nil else { return }
             if current == outermost { return }
-            current = (current as NSString).deletingLastPathComponent
+            current = LocalPath.parent(of: current)
         }
     }
 
@@ -357,7 +358,7 @@ struct Status: ParsableCommand {
         }
         print("Readable classes:  \(classList(report.readableClasses))")
         print("Creatable classes: \(classList(report.creatableClasses))")
-        if let grace = report.graceRemainingSeconds { print("Grace left:        \(String(format: "%.1f", grace)) s") }
+        if let grace = report.graceRemainingSeconds { print("Grace left:        \(fixedPoint(grace, decimals: 1)) s") }
         print("Failed attempts:   \(report.failedAttempts)")
         if let next = report.nextAttemptAllowedAt { print("Next attempt at:   \(next)") }
         if let erase = report.eraseAfter { print("Erase after:       \(erase) failed attempts") }

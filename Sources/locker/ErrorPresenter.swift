@@ -1,6 +1,7 @@
 import ArgumentParser
-import Foundation
-import Locker
+import FoundationEssentials
+import Glibc
+import LockerStore
 import LockerAgent
 import LockerCrypto
 import LockerDevice
@@ -180,7 +181,7 @@ enum ErrorPresenter {
     static func usageMessage(_ message: String) -> String {
         var text = message
         for marker in ["\nHelp:", "\nUsage:"] {
-            if let range = text.range(of: marker) { text = String(text[..<range.lowerBound]) }
+            if let range = text.firstRange(of: marker) { text = String(text[..<range.lowerBound]) }
         }
         if text.hasPrefix("Error: ") { text = String(text.dropFirst(7)) }
         while text.hasSuffix("\n") { text.removeLast() }
@@ -246,8 +247,8 @@ enum ErrorPresenter {
         case .noStore(let path):
             return (.notFound, "no store at \(path)", "check --store and $LOCKER_STORE; 'locker put' and 'locker mkdir' create a store")
         case .notAStore(let path):
-            var isDirectory: ObjCBool = false
-            let why = FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && !isDirectory.boolValue
+            var isDirectory = false
+            let why = FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && !isDirectory
                 ? "it is not a directory" : "it holds other files"
             return (.failure, "\(path) is not a Locker store: \(why)", "give --store an empty or new directory")
         case .changedMeanwhile(let path, let what):

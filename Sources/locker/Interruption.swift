@@ -1,5 +1,6 @@
-import Foundation
-import Locker
+import FoundationEssentials
+import Glibc
+import LockerStore
 import LockerIO
 import Synchronization
 
@@ -238,7 +239,7 @@ enum Interruption {
     /// Ends the process by `signal`: its default action restored, and the
     /// signal raised again in this thread with it unblocked.
     static func end(by signal: Int32) -> Never {
-        Foundation.signal(signal, SIG_DFL)
+        Glibc.signal(signal, SIG_DFL)
         var set = sigset_t()
         sigemptyset(&set)
         sigaddset(&set, signal)
@@ -255,7 +256,7 @@ enum Interruption {
                 _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
                 state.terminal = nil
                 // The newline the user's Enter would have given.
-                _ = Foundation.write(STDERR_FILENO, "\n", 1)
+                _ = Glibc.write(STDERR_FILENO, "\n", 1)
             }
             return state.cooperating > 0
         }
@@ -264,7 +265,7 @@ enum Interruption {
             // The command unwinds and ends the process itself; this
             // thread steps in only if it does not in time.
             let started = DetachedThread.start(stackSize: 1 << 16) {
-                Thread.sleep(forTimeInterval: grace)
+                sleep(UInt32(grace.rounded(.up)))
                 endNow()
             }
             if started { return }

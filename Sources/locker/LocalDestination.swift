@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LockerIO
 
 /// Where a fetch (`get -r`, `export`) writes: a local directory opened
@@ -159,7 +160,7 @@ final class LocalDirectory: @unchecked Sendable {
         } catch {
             throw CommandFailure.cannot("write \(path(of: name))", error.errno)
         }
-        defer { Foundation.close(fd) }
+        defer { Glibc.close(fd) }
         do {
             try body(NewLocalFile(fd: fd, name: name, directory: directory))
         } catch {
@@ -223,7 +224,7 @@ func publishBuiltDirectory(_ name: String, from: OpenDirectory, to target: Strin
 /// below it. Returns what `build` returns.
 func buildNewDirectory<Built>(_ path: String, mode: UInt32 = 0o777, fence: DirectoryFence,
                               _ build: (LocalDestination, LocalDirectory) throws -> Built) throws -> Built {
-    let (trimmed, parent, name) = splitLocalPath(path)
+    let (trimmed, parent, name) = LocalPath.split(path)
     guard !name.isEmpty && name != "." && name != ".." else {
         throw CommandFailure(.failure, "cannot create directory \(path): the name of a new directory cannot be \(name)")
     }
@@ -305,7 +306,7 @@ struct NewLocalFile {
 /// is created and renamed relative to it. `body` writes into the file.
 /// Nothing is left if `body` throws.
 func writeLocalFile(_ path: String, mode: UInt32 = 0o600, _ body: (NewLocalFile) throws -> Void) throws {
-    let (_, parent, name) = splitLocalPath(path)
+    let (_, parent, name) = LocalPath.split(path)
     guard !path.hasSuffix("/"), !name.isEmpty, name != ".", name != ".." else {
         throw CommandFailure.cannot("write \(path)", EISDIR)
     }
@@ -334,7 +335,7 @@ private func writeLocalFile(_ name: String, in directory: OpenDirectory, path: S
     } catch {
         throw failure(error)
     }
-    defer { Foundation.close(fd) }
+    defer { Glibc.close(fd) }
     defer { Interruption.unregisterCleanup(registration) }
     do {
         try body(NewLocalFile(fd: fd, name: temporary, directory: directory))

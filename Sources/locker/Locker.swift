@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import LockerAgent
 import LockerDevice
 import LockerFormat
@@ -90,9 +91,16 @@ struct GlobalOptions: ParsableArguments {
         } else if let base = env[xdg], base.hasPrefix("/") {
             chosen = base + "/locker/" + leaf
         } else {
-            chosen = (env["HOME"] ?? NSHomeDirectory()) + "/" + fallback + "/locker/" + leaf
+            chosen = (env["HOME"] ?? Self.homeDirectory()) + "/" + fallback + "/locker/" + leaf
         }
         return absolute(chosen)
+    }
+
+    /// The user's home directory from the password database, for when
+    /// `HOME` is unset; "/" if it names none.
+    private static func homeDirectory() -> String {
+        guard let entry = getpwuid(getuid()), let directory = entry.pointee.pw_dir else { return "/" }
+        return String(cString: directory)
     }
 
     static func absolute(_ path: String) -> String {
@@ -107,7 +115,7 @@ struct GlobalOptions: ParsableArguments {
     func refuseDestinationInside(_ destination: String) throws {
         var probe = Self.absolute(destination)
         while probe != "/", !FileManager.default.fileExists(atPath: probe) {
-            probe = (probe as NSString).deletingLastPathComponent
+            probe = LocalPath.parent(of: probe)
         }
         if let (directory, what) = containing(probe) {
             throw CommandFailure(.usage, "\(destination) is inside the \(what) \(directory): fetched plaintext must not be written there",

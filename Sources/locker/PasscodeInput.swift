@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import LockerCrypto
 
 /// Reads passcodes: from a no-echo prompt on the terminal, or as lines on
@@ -96,7 +97,7 @@ struct PasscodeInput {
         defer { SecretBytes.wipe(&buffer) }
         while true {
             var byte: UInt8 = 0
-            let n = Foundation.read(STDIN_FILENO, &byte, 1)
+            let n = Glibc.read(STDIN_FILENO, &byte, 1)
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { break }
             sawAnything = true

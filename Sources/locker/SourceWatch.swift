@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LockerIO
 
 /// Tells whether a local file changed while it was being read to be
@@ -36,7 +37,7 @@ struct SourceWatch {
 /// The local files `put -r` found changed while it read them. Safe to
 /// add to from the threads that read a batch ahead.
 final class ChangedSources: @unchecked Sendable {
-    private let lock = NSLock()
+    private let lock = LockerIO.Lock()
     private var paths: [String] = []
 
     func add(_ path: String) { lock.withLock { paths.append(path) } }

@@ -1,6 +1,8 @@
 import ArgumentParser
-import Foundation
-import Locker
+import Dispatch
+import FoundationEssentials
+import Glibc
+import LockerStore
 import LockerAgent
 import LockerDevice
 import LockerFormat
@@ -44,7 +46,7 @@ func readSource(_ fd: Int32, mayBlock: Bool = false) -> (UnsafeMutableRawBufferP
         try Interruption.check()
         if mayBlock { try waitUntilReady(fd, for: Int16(POLLIN)) }
         while true {
-            let n = Foundation.read(fd, buffer.baseAddress, buffer.count)
+            let n = Glibc.read(fd, buffer.baseAddress, buffer.count)
             if n >= 0 { return n }
             if errno == EINTR { continue }
             throw CommandFailure(.failure, "reading the input failed: \(String(cString: strerror(errno)))")
@@ -71,7 +73,7 @@ func waitUntilReady(_ fd: Int32, for events: Int16) throws {
 final class Progress: @unchecked Sendable {
     private let total: UInt64?
     private let enabled: Bool
-    private let lock = NSLock()
+    private let lock = LockerIO.Lock()
     private var lastDraw = Date.distantPast
     private var done: UInt64 = 0
 
@@ -99,13 +101,14 @@ final class Progress: @unchecked Sendable {
         }
         guard draw else { return }
         let mib = Double(done) / 1_048_576
-        var line = String(format: "\r%.1f MiB", mib)
+        var line = "\r" + fixedPoint(mib, decimals: 1) + " MiB"
         if let total, total > 0 {
             let fraction = min(1, Double(done) / Double(total))
             let width = 30
             let filled = Int(fraction * Double(width))
             line = "\r[" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
-                + String(format: "] %3.0f%% %.1f/%.1f MiB", fraction * 100, mib, Double(total) / 1_048_576)
+                + "] " + rightAligned(fixedPoint(fraction * 100, decimals: 0), width: 3) + "% "
+                + fixedPoint(mib, decimals: 1) + "/" + fixedPoint(Double(total) / 1_048_576, decimals: 1) + " MiB"
         }
         writeToStandardError(line)
     }
@@ -146,13 +149,13 @@ struct Put: ParsableCommand {
     private func transfer() throws {
         // As `cp -r`: with -r, a SOURCE that is not a directory is stored
         // as one object (a missing one fails as it does without -r).
-        var isDirectory: ObjCBool = false
-        let tree = r && source != "-" && FileManager.default.fileExists(atPath: source, isDirectory: &isDirectory) && isDirectory.boolValue
+        var isDirectory = false
+        let tree = r && source != "-" && FileManager.default.fileExists(atPath: source, isDirectory: &isDirectory) && isDirectory
         // PATH is checked, and a single SOURCE opened, before the store is
         // opened: a put refused for either makes no store.
         var target = try storePath(path)
         var pending = tree || source == "-" ? nil : try openSource(source)
-        defer { if let pending { Foundation.close(pending.fd) } }
+        defer { if let pending { Glibc.close(pending.fd) } }
         if let opened = pending, opened.status?.isDirectory == true {
             throw CommandFailure(.usage, "\(source) is a directory", hint: "use -r to import a directory tree")
         }
@@ -185,7 +188,7 @@ struct Put: ParsableCommand {
             guard source != "-" else { throw CommandFailure(.usage, "a name is needed when storing standard input", hint: "give PATH as /dir/name") }
             // The name as it is, not through URL, which expands a leading
             // "~" or "~user" to a home directory's path.
-            target = target.appending(splitLocalPath(source).name)
+            target = target.appending(LocalPath.split(source).name)
         }
         let opened = pending
         pending = nil
@@ -213,7 +216,7 @@ struct Put: ParsableCommand {
         let (fd, status) = source == "-"
             ? (STDIN_FILENO, try? FileSystem().status(of: STDIN_FILENO, path: "standard input"))
             : try opened ?? openSource(source, in: tree)
-        defer { if fd != STDIN_FILENO { Foundation.close(fd) } }
+        defer { if fd != STDIN_FILENO { Glibc.close(fd) } }
         let progress = Progress(total: status?.isRegularFile == true ? status?.size : nil)
         defer { progress.finish() }
         // Standard input may have been read from before, so its size says
@@ -280,7 +283,7 @@ struct Put: ParsableCommand {
     func importTree(_ store: Store, from local: String, to target: StorePath, fence: DirectoryFence,
                     changes: ChangedSources) throws -> (stored: Int, skipped: Int, unreadable: Int) {
         // "SRC/" names the same tree; warnings name SRC/NAME with one slash.
-        let local = splitLocalPath(local).trimmed
+        let local = LocalPath.split(local).trimmed
         let (dataFileLimit, preparesSources) = Self.descriptorBudget()
         var count = 0
         var skipped = 0
@@ -515,7 +518,7 @@ final class LocalTree: @unchecked Sendable {
         }
     }
 
-    deinit { Foundation.close(fd) }
+    deinit { Glibc.close(fd) }
 
     /// Opens `local`, which is `path` or a path below it, for reading: a
     /// directory (ENOTDIR otherwise) or, without `directory`, whatever is
@@ -545,7 +548,7 @@ final class LocalTree: @unchecked Sendable {
             if error.errno == ENOENT { return nil }
             throw openFailure(parent, error)
         }
-        defer { Foundation.close(directory) }
+        defer { Glibc.close(directory) }
         return try localStatus(name, in: directory, path: local)
     }
 }
@@ -785,7 +788,7 @@ func openSource(_ path: String, in tree: LocalTree? = nil) throws -> (fd: Int32,
     }
     let status = try? FileSystem().status(of: fd, path: path)
     if tree != nil, status?.isRegularFile != true {
-        Foundation.close(fd)
+        Glibc.close(fd)
         throw CommandFailure(.failure, "cannot read \(path): it is no longer a regular file")
     }
     return (fd, status)
@@ -808,7 +811,7 @@ final class LocalFileSource {
         self.changes = changes
     }
 
-    deinit { if fd >= 0 { Foundation.close(fd) } }
+    deinit { if fd >= 0 { Glibc.close(fd) } }
 
     /// Opens the file and starts watching it for changes, unless it is
     /// open already.
@@ -834,7 +837,7 @@ final class LocalFileSource {
         let n = try readSource(fd)(buffer)
         if n == 0 {
             if watch?.changed() == true { changes.add(path) }
-            Foundation.close(fd)
+            Glibc.close(fd)
             fd = -1
             finished = true
         }
@@ -954,11 +957,11 @@ struct Get: ParsableCommand {
             return
         }
         var target = destination!
-        var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: target, isDirectory: &isDirectory), isDirectory.boolValue {
+        var isDirectory = false
+        if FileManager.default.fileExists(atPath: target, isDirectory: &isDirectory), isDirectory {
             // "DIR/" and "DIR//" name the same directory; messages name
             // DIR/NAME with one slash.
-            target = splitLocalPath(target).trimmed
+            target = LocalPath.split(target).trimmed
             target += (target.hasSuffix("/") ? "" : "/") + source.name
         } else if target.count > 1, target.hasSuffix("/") {
             // "DIR/" names a directory that must exist, as it does to cp(1).
@@ -1293,7 +1296,7 @@ func makeLocalDirectory(_ path: String, mode: mode_t = 0o777) throws {
         guard st.st_mode & S_IFMT == S_IFDIR else { throw inTheWay(path) }
         return
     }
-    let (trimmed, parent, _) = splitLocalPath(path)
+    let (trimmed, parent, _) = LocalPath.split(path)
     if parent != trimmed { try makeLocalDirectory(parent, mode: mode) }
     guard mkdir(trimmed, mode) == 0 || errno == EEXIST else {
         throw CommandFailure.cannot("create directory \(trimmed)", errno)
@@ -1315,19 +1318,6 @@ func raiseDescriptorLimit(to wanted: Int) -> Int {
         if setrlimit(resource, &raised) == 0 { limit = raised }
     }
     return Int(min(limit.rlim_cur, rlim_t(Int32.max)))
-}
-
-/// `path` without trailing "/"s, its parent directory ("." for a bare
-/// name, "/" for a name at the root) and its last component. (Not
-/// `NSString.deletingLastPathComponent`, which this Foundation stops the
-/// process on for a one-character name.)
-func splitLocalPath(_ path: String) -> (trimmed: String, parent: String, name: String) {
-    var trimmed = path
-    while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed.removeLast() }
-    guard let slash = trimmed.lastIndex(of: "/") else { return (trimmed, ".", trimmed) }
-    var parent = String(trimmed[..<slash])
-    while parent.count > 1 && parent.hasSuffix("/") { parent.removeLast() }
-    return (trimmed, parent.isEmpty ? "/" : parent, String(trimmed[trimmed.index(after: slash)...]))
 }
 
 extension OutputFile {
@@ -1382,7 +1372,7 @@ func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String, mayBlo
     while offset < bytes.count {
         try Interruption.check()
         if mayBlock { try waitUntilReady(fd, for: Int16(POLLOUT)) }
-        let n = Foundation.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+        let n = Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
         if n < 0 {
             if errno == EINTR { continue }
             throw CommandFailure.cannot("write \(path)", errno, inOrder: true)
@@ -1421,7 +1411,7 @@ struct List: ParsableCommand {
             case .directory(let dir):
                 if l {
                     let own = dir.defaultClass.map { "default " + $0.letter } ?? "-"
-                    print("d \(own.padding(toLength: 9, withPad: " ", startingAt: 0)) \(String(repeating: " ", count: 12)) \(time(dir.created))  \(shown(item.path.name))/")
+                    print("d \(leftAligned(own, width: 9)) \(String(repeating: " ", count: 12)) \(time(dir.created))  \(shown(item.path.name))/")
                 } else {
                     print(shown(item.path.name) + "/")
                 }

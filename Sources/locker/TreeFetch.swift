@@ -1,6 +1,7 @@
 import Dispatch
-import Foundation
-import Locker
+import FoundationEssentials
+import Glibc
+import LockerStore
 import LockerDevice
 import LockerFormat
 import LockerIO
@@ -345,7 +346,7 @@ struct TreeFetch {
                 return
             }
             shared.slots[i].written = WrittenFile(temporary: temporary, target: target, token: token)
-            defer { Foundation.close(fd) }
+            defer { Glibc.close(fd) }
             do {
                 let out = OutputFile(fd: fd, name: temporary, in: local.directory, size: object.size)
                 try out.writeInOrder(name: local.path(of: target)) { try shared.store.read(object, into: $0) }

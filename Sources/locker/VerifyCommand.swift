@@ -1,6 +1,7 @@
 import ArgumentParser
-import Foundation
-import Locker
+import FoundationEssentials
+import Glibc
+import LockerStore
 
 struct Verify: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -165,6 +165,43 @@ struct CLITests {
         }
     }
 
+    /// Neither binary links the whole of Foundation (with ICU and
+    /// CoreFoundation), only FoundationEssentials: a shared build names no
+    /// `libFoundation.so`, and a static one holds no type of Foundation's
+    /// own module, whose mangled names begin `10Foundation` and a digit.
+    /// (The module `Locker`, which apps import, does link it, for
+    /// `NSNumber`; the command line uses `LockerStore` beneath it.)
+    @Test func neitherBinaryLinksTheWholeOfFoundation() throws {
+        let locker = URL(fileURLWithPath: CLIFixture.lockerPath).resolvingSymlinksInPath()
+        for url in [locker, locker.deletingLastPathComponent().appendingPathComponent("locker-agent")] {
+            let bytes = [UInt8](try Data(contentsOf: url))
+            #expect(bytes.count > 1 << 20, "\(url.path) is not the binary")
+            /// The offsets at which `text` occurs in the binary.
+            func occurrences(of text: String) -> [Int] {
+                let needle = Array(text.utf8)
+                return bytes.withUnsafeBytes { haystack in
+                    var found: [Int] = [], from = 0
+                    let base = haystack.baseAddress!
+                    while from + needle.count <= haystack.count,
+                          let hit = memchr(base + from, Int32(needle[0]), haystack.count - from - needle.count + 1) {
+                        let offset = UnsafeRawPointer(hit) - base
+                        if memcmp(hit, needle, needle.count) == 0 { found.append(offset) }
+                        from = offset + 1
+                    }
+                    return found
+                }
+            }
+            #expect(occurrences(of: "libFoundation.so").isEmpty, "\(url.path) loads libFoundation.so")
+            let mangled = occurrences(of: "10Foundation").filter { start in
+                start + 12 < bytes.count && (0x30...0x39).contains(bytes[start + 12])
+            }
+            #expect(mangled.count == 0, "\(url.path) holds \(mangled.count) names of Foundation's types")
+            // The check can see Foundation where it is: the binary does
+            // name the part of it that it links.
+            #expect(!occurrences(of: "FoundationEssentials").isEmpty, "\(url.path)")
+        }
+    }
+
     /// What may stand beside a `locker` copied alone in place of its
     /// `locker-agent`. Each is passed over (never run: it would leave a
     /// mark) for `locker`'s own `locker agent`, except the last, which is

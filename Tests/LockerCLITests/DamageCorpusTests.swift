@@ -1,5 +1,5 @@
 import Foundation
-import Locker
+import LockerStore
 import LockerCrypto
 import LockerDevice
 import LockerFormat

@@ -1,5 +1,6 @@
 import Foundation
 @testable import Locker
+@testable import LockerStore
 import LockerCrypto
 import LockerDevice
 import LockerFormat

@@ -1,4 +1,5 @@
 @testable import Locker
+@testable import LockerStore
 import LockerCrypto
 import LockerFormat
 import Testing

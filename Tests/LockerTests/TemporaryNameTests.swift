@@ -1,4 +1,5 @@
 @testable import Locker
+@testable import LockerStore
 import Testing
 
 /// Which namespace entries a listing takes for writes in progress.

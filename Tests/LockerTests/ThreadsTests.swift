@@ -109,4 +109,113 @@ struct ThreadsTests {
         }
         #expect(ThreadIO.blocksRead() == before)
     }
+
+    @Test("a condition's wait ends at its deadline when nothing signals, with the lock held again")
+    func conditionWaitTimesOut() {
+        let condition = Condition()
+        condition.lock()
+        let start = Condition.uptime()
+        let signalled = condition.wait(untilUptime: start + 0.05)
+        let waited = Condition.uptime() - start
+        // Held again: another thread cannot take the lock now.
+        let taken = Mutex(false)
+        DetachedThread.start(stackSize: 64 << 10) {
+            condition.withLock { taken.withLock { $0 = true } }
+        }
+        usleep(20_000)
+        #expect(!taken.withLock { $0 })
+        condition.unlock()
+        #expect(!signalled)
+        #expect(waited >= 0.05)
+        var spins = 0
+        while !taken.withLock({ $0 }), spins < 5_000 { usleep(1_000); spins += 1 }
+        #expect(taken.withLock { $0 })
+    }
+
+    @Test("a signal wakes a thread waiting on a condition before its deadline")
+    func conditionSignalWakes() {
+        let condition = Condition()
+        let counter = Counter()
+        let result = Mutex<(woken: Bool, waited: Double)?>(nil)
+        DetachedThread.start(stackSize: 64 << 10) {
+            condition.lock()
+            let start = Condition.uptime()
+            var woken = true
+            while counter.value == 0 && woken { woken = condition.wait(untilUptime: start + 30) }
+            let waited = Condition.uptime() - start
+            condition.unlock()
+            result.withLock { $0 = (woken, waited) }
+        }
+        usleep(20_000)
+        condition.withLock {
+            counter.value = 1
+            condition.signal()
+        }
+        var spins = 0
+        while result.withLock({ $0 }) == nil, spins < 10_000 { usleep(1_000); spins += 1 }
+        let outcome = result.withLock { $0 }
+        #expect(outcome?.woken == true)
+        #expect((outcome?.waited ?? 30) < 10)
+    }
+
+    @Test("a broadcast wakes every thread waiting on a condition")
+    func conditionBroadcastWakesAll() {
+        let condition = Condition()
+        let counter = Counter()
+        let woken = Mutex(0)
+        let waiters = 4
+        for _ in 0..<waiters {
+            DetachedThread.start(stackSize: 64 << 10) {
+                condition.lock()
+                while counter.value == 0 { condition.wait() }
+                condition.unlock()
+                woken.withLock { $0 += 1 }
+            }
+        }
+        usleep(20_000)
+        condition.withLock {
+            counter.value = 1
+            condition.broadcast()
+        }
+        var spins = 0
+        while woken.withLock({ $0 }) < waiters, spins < 10_000 { usleep(1_000); spins += 1 }
+        #expect(woken.withLock { $0 } == waiters)
+    }
+}
+
+@Suite("LocalPath")
+struct LocalPathTests {
+    @Test("a path splits into itself without trailing slashes, its parent and its last component",
+          arguments: [
+              ("/a/b/c", "/a/b/c", "/a/b", "c"),
+              ("/a/b/c//", "/a/b/c", "/a/b", "c"),
+              ("/a", "/a", "/", "a"),
+              ("/", "/", "/", ""),
+              ("//", "/", "/", ""),
+              ("a", "a", ".", "a"),
+              ("b/", "b", ".", "b"),
+              ("a/b", "a/b", "a", "b"),
+              ("a//b", "a//b", "a", "b"),
+              ("ns/x/y", "ns/x/y", "ns/x", "y"),
+              ("", "", ".", ""),
+          ])
+    func split(path: String, trimmed: String, parent: String, name: String) {
+        let parts = LocalPath.split(path)
+        #expect(parts.trimmed == trimmed)
+        #expect(parts.parent == parent)
+        #expect(parts.name == name)
+        #expect(LocalPath.parent(of: path) == parent)
+        #expect(LocalPath.name(of: path) == name)
+    }
+
+    @Test("walking up by parents from an absolute path ends at the root")
+    func walkEndsAtRoot() {
+        var current = "/usr/local/share/locker"
+        var seen: [String] = []
+        while current != "/", seen.count < 10 {
+            current = LocalPath.parent(of: current)
+            seen.append(current)
+        }
+        #expect(seen == ["/usr/local/share", "/usr/local", "/usr", "/"])
+    }
 }

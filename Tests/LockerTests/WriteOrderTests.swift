@@ -1,5 +1,6 @@
 import Foundation
 @testable import Locker
+@testable import LockerStore
 import Testing
 
 /// The order a batch's objects are written in (`Store.orderedForWriting`):

@@ -7,7 +7,7 @@
 // input comes from memory and the output goes to a discarding sink, so
 // the figures are the chunk pipeline plus the data file's I/O.
 import Foundation
-import Locker
+import LockerStore
 import LockerCrypto
 import LockerDevice
 import LockerFormat

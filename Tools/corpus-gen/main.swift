@@ -25,7 +25,7 @@
 //    keybag.old is one rewrite behind the device record (`rollback`);
 // 4. every other object.
 import Foundation
-import Locker
+import LockerStore
 import LockerCrypto
 import LockerDevice
 import LockerFormat

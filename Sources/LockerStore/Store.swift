@@ -2,7 +2,7 @@ internal import LockerCrypto
 public import LockerDevice
 public import LockerFormat
 public import LockerIO
-internal import Foundation
+internal import FoundationEssentials
 #if canImport(Glibc)
 internal import Glibc
 #endif
@@ -264,7 +264,7 @@ public final class Store: @unchecked Sendable {
                 // Dropping the old place before the rename is durable
                 // could leave, after a crash, a directory at its old place
                 // whose record vouches only for the new one.
-                for parent in Set([intent.source, intent.target].map { path + "/" + ($0 as NSString).deletingLastPathComponent }) {
+                for parent in Set([intent.source, intent.target].map { LocalPath.parent(of: path + "/" + $0) }) {
                     try fs.syncDirectory(parent)
                 }
             }
@@ -374,7 +374,25 @@ public final class Store: @unchecked Sendable {
         return try resolveEntry(listed, in: directory).path == nil ? listed : nil
     }
 
-    enum Kind { case missing, directory, object }
+    package enum Kind { case missing, directory, object }
+
+    /// What is at `path`, without reading a header or needing any key but
+    /// the metadata key.
+    package func itemKind(_ path: StorePath) throws -> Kind {
+        if path.isRoot { return .directory }
+        return try kind(of: try entryPath(path.name, in: try directory(at: path.parent)))
+    }
+
+    /// Throws as ``directory(at:)`` does unless `path` is a directory.
+    package func requireDirectory(_ path: StorePath) throws {
+        _ = try directory(at: path)
+    }
+
+    /// The header of the object at `path`, authenticated, as
+    /// ``object(at:)`` reads it.
+    package func objectHeader(at path: StorePath) throws -> ObjectHeader {
+        try object(at: path).header
+    }
 
     /// What is at `fsPath`. A failure to look throws: taking it for
     /// `.missing` could replace what is there.
@@ -1434,7 +1452,7 @@ public final class Store: @unchecked Sendable {
         var status: DeviceStatus?
         try forEachEntry(of: path) { itemPath, fsPath, isDirectory, directory in
             guard let itemPath else {
-                let fileName = (fsPath as NSString).lastPathComponent
+                let fileName = LocalPath.name(of: fsPath)
                 items.append(ItemInfo(path: path.appending("?" + fileName), kind: .damaged("name failed authentication")))
                 return
             }

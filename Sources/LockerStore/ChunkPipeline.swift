@@ -1,8 +1,9 @@
 internal import Dispatch
+internal import Glibc
 internal import LockerCrypto
 internal import LockerFormat
 internal import LockerIO
-internal import Foundation
+internal import FoundationEssentials
 
 /// Runs `body` for 0..<count on all cores and rethrows the first error.
 func parallelFor(_ count: Int, _ body: (Int) throws -> Void) throws {
@@ -72,7 +73,7 @@ final class BodyBox {
 
 /// Hands out 0, 1, 2, … to several threads.
 final class IndexCounter: @unchecked Sendable {
-    private let lock = NSLock()
+    private let lock = Lock()
     private var value = 0
 
     func take(below limit: Int) -> Int? {
@@ -104,7 +105,7 @@ final class BufferPool: @unchecked Sendable {
     static let shared = BufferPool()
     /// Enough for one writer and one reader at the largest chunk size.
     private static let maxBytes = 24 << 20
-    private let lock = NSLock()
+    private let lock = Lock()
     private var free: [Int: [SensitiveBuffer]] = [:]
     private var bytes = 0
 
@@ -403,7 +404,7 @@ struct WriteJob: @unchecked Sendable {
 /// new page-cache page, which the data file's fsync then wrote out anyway.
 final class WriteState: @unchecked Sendable {
     private let file: DataFile
-    private let lock = NSLock()
+    private let lock = Lock()
     private var firstError: (any Error)?
     // Used by one thread at a time (the write queue, then the caller once
     // the queue is drained).

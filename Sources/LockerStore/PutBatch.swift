@@ -2,7 +2,7 @@ internal import LockerCrypto
 internal import LockerDevice
 public import LockerFormat
 internal import LockerIO
-internal import Foundation
+internal import FoundationEssentials
 #if canImport(Glibc)
 internal import Glibc
 #endif

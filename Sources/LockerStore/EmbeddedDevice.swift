@@ -1,9 +1,15 @@
 public import LockerCrypto
 public import LockerDevice
-internal import Foundation
+internal import FoundationEssentials
+internal import Glibc
 internal import LockerIO
 
 extension Store {
+    /// The in-process device, when the store runs in embedded mode (see
+    /// ``Store/embedded(storeDirectory:deviceDirectory:passcode:options:storeOptions:clock:)``);
+    /// `nil` behind the agent.
+    public var device: Device? { keys as? Device }
+
     /// Opens a store on a device that runs inside this process (the
     /// embedded mode), without the agent.
     ///
@@ -76,7 +82,7 @@ enum EmbeddedTicker {
         let box = WeakDevice(device)
         return DetachedThread.start(stackSize: 64 << 10) {
             while true {
-                Thread.sleep(forTimeInterval: Double(intervalMilliseconds) / 1000)
+                usleep(UInt32(intervalMilliseconds) * 1000)
                 guard let device = box.device else { return }
                 device.tick()
             }

@@ -1,4 +1,4 @@
-internal import Foundation
+internal import FoundationEssentials
 internal import LockerIO
 
 /// Threads kept between calls of ``parallelFor(_:width:_:)``, so that a
@@ -23,7 +23,7 @@ final class WorkerPool: @unchecked Sendable {
 
     /// Guards everything below; also what idle threads and finishing
     /// callers wait on.
-    private let condition = NSCondition()
+    private let condition = Condition()
     /// Helpers asked for and not yet taken, oldest first.
     private var pending: [Round] = []
     private var threads = 0
@@ -113,10 +113,10 @@ final class WorkerPool: @unchecked Sendable {
     private func serve() {
         condition.lock()
         while true {
-            let deadline = Date(timeIntervalSinceNow: idleLifetime)
+            let deadline = Condition.uptime() + idleLifetime
             var timedOut = false
             while pending.isEmpty && !timedOut {
-                timedOut = !condition.wait(until: deadline)
+                timedOut = !condition.wait(untilUptime: deadline)
             }
             idle -= 1
             if pending.isEmpty {

@@ -1,4 +1,5 @@
-internal import Foundation
+internal import Dispatch
+internal import FoundationEssentials
 internal import LockerIO
 
 /// The listings of a tree's directories (``Store/listForFetch(_:inlineBudget:)``),
@@ -17,7 +18,7 @@ internal import LockerIO
 public final class ListingsAhead: @unchecked Sendable {
     private let store: Store
     private let inlineBudget: Int
-    private let condition = NSCondition()
+    private let condition = Condition()
     private let done = DispatchGroup()
     // Guarded by `condition`:
     private var ready: [(path: StorePath, listing: Result<FetchListing, any Error>)] = []

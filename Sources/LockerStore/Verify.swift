@@ -1,7 +1,8 @@
+internal import Glibc
 internal import LockerDevice
 internal import LockerFormat
 internal import LockerIO
-internal import Foundation
+internal import FoundationEssentials
 
 /// The result of ``Store/verify(readData:repair:progress:)``.
 public struct VerifyReport: Sendable {

@@ -1,4 +1,5 @@
-internal import Foundation
+internal import FoundationEssentials
+internal import LockerIO
 
 /// Asks the device again, during a long read, whether the object's key is
 /// still to be had: at most once per ``interval``, before a batch or run
@@ -15,7 +16,7 @@ final class KeyRecheck: @unchecked Sendable {
     /// How long a read goes on with a key the device was last asked for.
     static let interval: Duration = .milliseconds(500)
 
-    private let lock = NSLock()
+    private let lock = Lock()
     private let ask: () throws -> Void
     private let clock = ContinuousClock()
     private var last: ContinuousClock.Instant

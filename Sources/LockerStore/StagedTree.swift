@@ -1,5 +1,5 @@
 internal import LockerIO
-internal import Foundation
+internal import FoundationEssentials
 
 extension Store {
     /// Creates the directories of `paths` that are missing, as
@@ -99,7 +99,7 @@ extension Store {
                     for temporary in tree.dataFiles(of: i) {
                         // Named by object ID, as in `data/`. IDs are
                         // random: a name in use there means damage.
-                        let final = dataDirectory + "/" + (temporary as NSString).lastPathComponent
+                        let final = dataDirectory + "/" + LocalPath.name(of: temporary)
                         guard try fs.renameIfAbsent(temporary, to: final) else {
                             throw StoreError.integrity(path: subtree.path.description, what: "object ID already in use")
                         }
@@ -166,7 +166,7 @@ public final class StagedTree: @unchecked Sendable {
     // The data files of objects committed into the tree, waiting inside
     // the temporary directory. Commits may run on another thread than the
     // one staging the next batch.
-    private let dataLock = NSLock()
+    private let dataLock = Lock()
     private var dataFiles: [(subtree: Int, path: String)] = []
 
     init(fileSystem: FileSystem, temporaries: any TemporaryCleanups, build: Store.DirectoryBuild,

@@ -1,6 +1,8 @@
+internal import Dispatch
+internal import Glibc
 internal import LockerFormat
 internal import LockerIO
-internal import Foundation
+internal import FoundationEssentials
 internal import Synchronization
 
 /// The small sources of a batch, read ahead of the objects being written
@@ -103,7 +105,7 @@ public final class ReadAheadWindow: @unchecked Sendable {
     private let order: [Int]
     private let window: SensitiveBuffer?
     /// Guards the reservations; readers wait on it for space.
-    private let condition = NSCondition()
+    private let condition = Condition()
     private let done = DispatchGroup()
     /// Each read object's result, written by its reader before it
     /// signals `ready`, read by its writer after waiting on it.

@@ -1,7 +1,7 @@
 internal import LockerCrypto
 internal import LockerDevice
 public import LockerFormat
-internal import Foundation
+internal import FoundationEssentials
 
 /// What ``Store/listForFetch(_:inlineBudget:)`` found in a directory.
 public struct FetchListing {
