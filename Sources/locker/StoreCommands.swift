@@ -251,9 +251,22 @@ struct Put: ParsableCommand {
     /// leaves room for that and 64 data files a batch. The soft limit is
     /// raised towards the hard one first, as many tools do.
     static func descriptorBudget() -> (dataFilesPerBatch: Int, preparesSources: Bool) {
+        descriptorBudget(limit: raiseDescriptorLimit(to: descriptorsWanted))
+    }
+
+    /// Descriptors kept for what is not a batch's: the walk of the tree,
+    /// the agent's socket, the source file being read and the process's
+    /// own.
+    static let descriptorsKept = 128
+
+    /// The descriptor limit under which ``descriptorBudget()`` gives
+    /// everything: ``maxDataFilesPerBatch`` and preparing.
+    static let descriptorsWanted = 2 * maxDataFilesPerBatch + 2 * ReadAheadWindow.preparedAhead + 2 * descriptorsKept
+
+    /// ``descriptorBudget()`` under a descriptor limit of `limit`.
+    static func descriptorBudget(limit: Int) -> (dataFilesPerBatch: Int, preparesSources: Bool) {
         let prepared = 2 * ReadAheadWindow.preparedAhead
-        // Leave room for the walk, the agent's socket and the source file.
-        let room = raiseDescriptorLimit(to: 2 * maxDataFilesPerBatch + prepared + 256) - 128
+        let room = limit - descriptorsKept
         let prepares = room >= prepared + 2 * 64
         return (max(1, min(maxDataFilesPerBatch, (room - (prepares ? prepared : 0)) / 2)), prepares)
     }
