@@ -265,7 +265,9 @@ enum Interruption {
             // The command unwinds and ends the process itself; this
             // thread steps in only if it does not in time.
             let started = DetachedThread.start(stackSize: 1 << 16) {
-                sleep(UInt32(grace.rounded(.up)))
+                // sleep(3) returns what is left if a signal cuts it short.
+                var left = UInt32(grace.rounded(.up))
+                while left > 0 { left = sleep(left) }
                 endNow()
             }
             if started { return }
