@@ -221,6 +221,8 @@ final class BackgroundRun {
     let output = Box(Data())
     private let exited = DispatchSemaphore(value: 0)
     private let finished = Box(false)
+    /// Signalled once the reader has seen the end of standard output.
+    private let drained = DispatchSemaphore(value: 0)
 
     /// `stderr`: a file to write its standard error to (else /dev/null);
     /// `stdin`: a file to read standard input from (else /dev/null);
@@ -245,11 +247,13 @@ final class BackgroundRun {
         process.standardOutput = pipe
         let handle = pipe.fileHandleForReading
         let output = output
+        let drained = drained
         Thread.detachNewThread {
             while true {
                 let chunk = handle.availableData
                 if chunk.isEmpty {
                     try? handle.close()
+                    drained.signal()
                     return
                 }
                 output.update { $0.append(chunk) }
@@ -288,11 +292,16 @@ final class BackgroundRun {
         return process.terminationReason == .uncaughtSignal ? status : 0
     }
 
-    /// The exit status once it exits within `seconds`, else nil.
+    /// The exit status once it exits within `seconds`, else nil. Once it
+    /// has exited, ``text`` holds all it wrote: the reader is given up to
+    /// 5 s more to reach the end of its output (a process it started could
+    /// hold the pipe open past that).
     func waitForExit(seconds: Double) -> Int32? {
-        if finished.value { return process.terminationStatus }
-        guard exited.wait(timeout: .now() + seconds) == .success else { return nil }
-        exited.signal()
+        if !finished.value {
+            guard exited.wait(timeout: .now() + seconds) == .success else { return nil }
+            exited.signal()
+        }
+        if drained.wait(timeout: .now() + 5) == .success { drained.signal() }
         return process.terminationStatus
     }
 
