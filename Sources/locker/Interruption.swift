@@ -265,7 +265,8 @@ enum Interruption {
             // The command unwinds and ends the process itself; this
             // thread steps in only if it does not in time.
             let started = DetachedThread.start(stackSize: 1 << 16) {
-                // sleep(3) returns what is left if a signal cuts it short.
+                // sleep(3) returns the whole seconds left if a signal
+                // cuts it short (none should: this thread blocks them).
                 var left = UInt32(grace.rounded(.up))
                 while left > 0 { left = sleep(left) }
                 endNow()

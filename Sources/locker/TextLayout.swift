@@ -2,9 +2,12 @@
 // with `String(format:)`, which would link the whole of Foundation (and
 // ICU) into every `locker` call for three progress and status lines.
 
-/// `value` with `decimals` (0 to 9) digits after the point, rounded to
-/// nearest, halves away from zero: what `%.Nf` prints, but for a tie
-/// it cannot represent exactly. A value that is not finite, or too large
+/// `value` with `decimals` (0 to 9) digits after the point: `value`
+/// times 10^`decimals`, rounded to nearest with halves away from zero.
+/// That is what `%.Nf` prints but near a tie, where the last digit may
+/// be one more (`%.1f` rounds the exact binary value, and an exact tie to
+/// even: 0.25 is "0.2" there and "0.3" here). No "-" is written for a
+/// value that rounds to zero. A value that is not finite, or too large
 /// for an `Int` once scaled, is written as Swift writes it.
 func fixedPoint(_ value: Double, decimals: Int) -> String {
     let decimals = min(max(decimals, 0), 9)

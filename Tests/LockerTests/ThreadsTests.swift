@@ -132,53 +132,72 @@ struct ThreadsTests {
         #expect(taken.withLock { $0 })
     }
 
-    @Test("a signal wakes a thread waiting on a condition before its deadline")
+    /// State the condition tests share, guarded by the condition's lock.
+    final class Waiting: @unchecked Sendable {
+        /// Threads that have taken the lock and are about to wait: seen
+        /// under the lock, each is inside `wait`, which let go of it.
+        var waiting = 0
+        var go = false
+    }
+
+    @Test("a signal wakes a thread waiting on a condition, which let go of the lock while it waited")
     func conditionSignalWakes() {
         let condition = Condition()
-        let counter = Counter()
+        let state = Waiting()
         let result = Mutex<(woken: Bool, waited: Double)?>(nil)
         DetachedThread.start(stackSize: 64 << 10) {
             condition.lock()
+            state.waiting += 1
             let start = Condition.uptime()
             var woken = true
-            while counter.value == 0 && woken { woken = condition.wait(untilUptime: start + 30) }
+            while !state.go && woken { woken = condition.wait(untilUptime: start + 5) }
             let waited = Condition.uptime() - start
             condition.unlock()
             result.withLock { $0 = (woken, waited) }
         }
-        usleep(20_000)
+        // Taking the lock while the other thread waits needs `wait` to
+        // have let go of it; if it had not, this would get it only after
+        // the 5 s deadline, and the thread would report a timeout.
+        var spins = 0
+        while condition.withLock({ state.waiting }) == 0, spins < 10_000 { usleep(1_000); spins += 1 }
         condition.withLock {
-            counter.value = 1
+            state.go = true
             condition.signal()
         }
-        var spins = 0
-        while result.withLock({ $0 }) == nil, spins < 10_000 { usleep(1_000); spins += 1 }
+        spins = 0
+        while result.withLock({ $0 }) == nil, spins < 20_000 { usleep(1_000); spins += 1 }
         let outcome = result.withLock { $0 }
         #expect(outcome?.woken == true)
-        #expect((outcome?.waited ?? 30) < 10)
+        #expect((outcome?.waited ?? 5) < 5)
     }
 
     @Test("a broadcast wakes every thread waiting on a condition")
     func conditionBroadcastWakesAll() {
         let condition = Condition()
-        let counter = Counter()
+        let state = Waiting()
         let woken = Mutex(0)
         let waiters = 4
         for _ in 0..<waiters {
             DetachedThread.start(stackSize: 64 << 10) {
                 condition.lock()
-                while counter.value == 0 { condition.wait() }
+                state.waiting += 1
+                let deadline = Condition.uptime() + 5
+                var signalled = true
+                while !state.go && signalled { signalled = condition.wait(untilUptime: deadline) }
                 condition.unlock()
-                woken.withLock { $0 += 1 }
+                if signalled { woken.withLock { $0 += 1 } }
             }
         }
-        usleep(20_000)
+        var spins = 0
+        while condition.withLock({ state.waiting }) < waiters, spins < 10_000 { usleep(1_000); spins += 1 }
         condition.withLock {
-            counter.value = 1
+            state.go = true
             condition.broadcast()
         }
-        var spins = 0
-        while woken.withLock({ $0 }) < waiters, spins < 10_000 { usleep(1_000); spins += 1 }
+        // Long enough for every woken thread to count itself, and short
+        // of the waiters' deadline: a thread left waiting counts nothing.
+        spins = 0
+        while woken.withLock({ $0 }) < waiters, spins < 3_000 { usleep(1_000); spins += 1 }
         #expect(woken.withLock { $0 } == waiters)
     }
 }
