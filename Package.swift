@@ -44,8 +44,9 @@ let package = Package(
         // FoundationEssentials only, never the whole of Foundation.
         .target(name: "LockerStore", dependencies: ["LockerCrypto", "LockerFormat", "LockerIO", "LockerDevice"]),
         // The module apps import: the store under Foundation's names
-        // (`FileManager`-style calls, `FileProtectionType`), which need the
-        // whole of Foundation. The command line does not link it.
+        // (`FileManager`-style calls, `FileProtectionType`). Their
+        // `NSNumber` and `ObjCBool` need the whole of Foundation, so the
+        // command line does not link this module.
         .target(name: "Locker", dependencies: ["LockerStore", "LockerFormat", "LockerDevice"]),
         // The agent: holds a booted device for the CLI, over a Unix socket.
         .target(

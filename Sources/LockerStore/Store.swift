@@ -329,8 +329,8 @@ public final class Store: @unchecked Sendable {
     /// replacement (`<name>.tmp-…`, see `FileSystem.writeFileAtomically`).
     /// Encoded names are base64url, so they never contain ".tmp-".
     static func isTemporary(_ fileName: String) -> Bool {
-        // On the bytes: with Foundation imported, `contains` goes through
-        // NSString for every entry a listing checks.
+        // On the bytes: with Foundation imported (as apps do), `contains`
+        // goes through NSString for every entry a listing checks.
         var name = fileName
         return name.withUTF8 { name in
             guard name.count >= 5 else { return false }
