@@ -1,5 +1,4 @@
 import Foundation
-@testable import Locker
 @testable import LockerStore
 import LockerCrypto
 import LockerDevice

@@ -1,4 +1,3 @@
-@testable import Locker
 @testable import LockerStore
 import Testing
 
