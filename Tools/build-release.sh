@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the release `locker` binary as users run it, and the `locker-agent`
-# it starts beside itself: optimized, with the Swift runtime (and, in
-# `locker`, Foundation) linked in (`--static-swift-stdlib`), and linked by
+# it starts beside itself: optimized, with the Swift runtime and
+# FoundationEssentials linked in (`--static-swift-stdlib`), and linked by
 # GNU ld with its relocations packed (`-z pack-relative-relocs`, DT_RELR):
 # a position-independent executable this size carries some 76,000
 # relocations, which the loader otherwise reads from a 1.8 MB table at

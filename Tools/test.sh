@@ -37,8 +37,8 @@ run_tests() {
 
 run_tests env -u LOCKER_SOAK_SECONDS swift test --skip-build --disable-xctest
 # The end-to-end suites once more, against the release binary built as the
-# README and the demo build it (optimized, the Swift runtime and Foundation
-# linked in): what users run, not only the debug build.
+# README and the demo build it (optimized, the Swift runtime and
+# FoundationEssentials linked in): what users run, not only the debug build.
 release_locker="$(bash Tools/build-release.sh)"
 LOCKER_CLI="$release_locker" \
   run_tests env -u LOCKER_SOAK_SECONDS swift test --skip-build --disable-xctest --filter LockerCLITests
