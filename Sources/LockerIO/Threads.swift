@@ -13,7 +13,8 @@ internal import CLockerSupport
 /// A non-recursive mutual-exclusion lock around a body of code, for state
 /// spread over several fields that a `Mutex` cannot hold as one value.
 public final class Lock: @unchecked Sendable {
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    // Also the mutex of a ``Condition``, which waits on it.
+    fileprivate let mutex: UnsafeMutablePointer<pthread_mutex_t>
 
     public init() {
         mutex = .allocate(capacity: 1)
@@ -42,13 +43,10 @@ public final class Lock: @unchecked Sendable {
 /// Waits may end without a signal; callers wait in a loop on their own
 /// predicate.
 public final class Condition: @unchecked Sendable {
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private let mutex = Lock()
     private let condition: UnsafeMutablePointer<pthread_cond_t>
 
     public init() {
-        mutex = .allocate(capacity: 1)
-        mutex.initialize(to: pthread_mutex_t())
-        pthread_mutex_init(mutex, nil)
         condition = .allocate(capacity: 1)
         condition.initialize(to: pthread_cond_t())
         // Deadlines are read on the monotonic clock, so that a change of
@@ -64,25 +62,20 @@ public final class Condition: @unchecked Sendable {
         pthread_cond_destroy(condition)
         condition.deinitialize(count: 1)
         condition.deallocate()
-        pthread_mutex_destroy(mutex)
-        mutex.deinitialize(count: 1)
-        mutex.deallocate()
     }
 
-    public func lock() { pthread_mutex_lock(mutex) }
+    public func lock() { pthread_mutex_lock(mutex.mutex) }
 
-    public func unlock() { pthread_mutex_unlock(mutex) }
+    public func unlock() { pthread_mutex_unlock(mutex.mutex) }
 
     /// Runs `body` with the lock held. Calling it again from inside
     /// `body` deadlocks.
     public func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body()
+        try mutex.withLock(body)
     }
 
     /// Waits for a signal or a broadcast. The lock must be held.
-    public func wait() { pthread_cond_wait(condition, mutex) }
+    public func wait() { pthread_cond_wait(condition, mutex.mutex) }
 
     /// Waits for a signal or a broadcast until `deadline`, in seconds of
     /// ``Condition/uptime()``. The lock must be held. Returns false if the
@@ -90,7 +83,7 @@ public final class Condition: @unchecked Sendable {
     public func wait(untilUptime deadline: Double) -> Bool {
         let seconds = deadline.rounded(.down)
         var time = timespec(tv_sec: Int(seconds), tv_nsec: Int((deadline - seconds) * 1e9))
-        return pthread_cond_timedwait(condition, mutex, &time) != ETIMEDOUT
+        return pthread_cond_timedwait(condition, mutex.mutex, &time) != ETIMEDOUT
     }
 
     /// Wakes one waiting thread, if any.

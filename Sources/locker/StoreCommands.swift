@@ -259,16 +259,19 @@ struct Put: ParsableCommand {
     /// own.
     static let descriptorsKept = 128
 
+    /// Descriptors of the files prepared ahead, for two batches at once.
+    static let descriptorsPrepared = 2 * ReadAheadWindow.preparedAhead
+
     /// The descriptor limit under which ``descriptorBudget()`` gives
-    /// everything: ``maxDataFilesPerBatch`` and preparing.
-    static let descriptorsWanted = 2 * maxDataFilesPerBatch + 2 * ReadAheadWindow.preparedAhead + 2 * descriptorsKept
+    /// everything: ``maxDataFilesPerBatch`` and preparing, with
+    /// ``descriptorsKept`` to spare.
+    static let descriptorsWanted = 2 * maxDataFilesPerBatch + descriptorsPrepared + 2 * descriptorsKept
 
     /// ``descriptorBudget()`` under a descriptor limit of `limit`.
     static func descriptorBudget(limit: Int) -> (dataFilesPerBatch: Int, preparesSources: Bool) {
-        let prepared = 2 * ReadAheadWindow.preparedAhead
         let room = limit - descriptorsKept
-        let prepares = room >= prepared + 2 * 64
-        return (max(1, min(maxDataFilesPerBatch, (room - (prepares ? prepared : 0)) / 2)), prepares)
+        let prepares = room >= descriptorsPrepared + 2 * 64
+        return (max(1, min(maxDataFilesPerBatch, (room - (prepares ? descriptorsPrepared : 0)) / 2)), prepares)
     }
 
     /// Stores a local tree. Small files go in batches, and batches are
